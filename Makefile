@@ -1,0 +1,43 @@
+# Two commands a researcher needs: `make run` (demo) and `make test` (every test, notebooks included).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# Installs are stamped by the hash of the files that define them, so re-running is instant.
+DEPS_HASH := $(shell cat pyproject.toml | sha256sum | cut -c1-16)
+CORE_STAMP := $(VENV)/.core-$(DEPS_HASH)
+TEST_STAMP := $(VENV)/.test-$(DEPS_HASH)
+
+.PHONY: run test lint format bench figures clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(CORE_STAMP): $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[llm,notebooks,scale,dev]"
+	touch $@
+
+run: $(CORE_STAMP)
+	$(BIN)/vvm phase1 --steps 100 --agents 5 --seed 42 --db runs/demo.sqlite
+
+test: $(TEST_STAMP)
+	$(BIN)/ruff check vivarium tests benchmarks
+	$(BIN)/python -m pytest tests
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check vivarium tests benchmarks
+	$(BIN)/ruff format --check vivarium tests benchmarks
+
+format: $(TEST_STAMP)
+	$(BIN)/ruff format vivarium tests benchmarks
+	$(BIN)/ruff check --fix vivarium tests benchmarks
+
+bench: $(TEST_STAMP)
+	$(BIN)/python benchmarks/phase1.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

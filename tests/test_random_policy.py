@@ -1,0 +1,102 @@
+"""RandomAgentPolicy: the seed algorithm exactly, and the vectorised batch bit for bit."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from vivarium import RandomAgentPolicy, stable_agent_seed
+from vivarium.policies.random import RandomBatch
+
+
+def reference_decisions(seed: int, steps: int, space: tuple[str, ...]) -> list[tuple[str, dict]]:
+    """The published algorithm, written out independently of the implementation."""
+    rng = random.Random(seed)
+    out = []
+    for t in range(steps):
+        action = rng.choice(space)
+        args: dict = {}
+        if action == "emit_event":
+            args = {"value": rng.randint(0, 1_000_000), "seen_time_step": t}
+        out.append((action, args))
+    return out
+
+
+def test_first_decisions_follow_the_seed_algorithm() -> None:
+    seed = stable_agent_seed(42, "agent_000")
+    policy = RandomAgentPolicy(random.Random(seed))
+    expected = reference_decisions(seed, 20, ("noop", "emit_event"))
+    for t, (action, args) in enumerate(expected):
+        req = policy.decide(
+            run_id="r", time_step=t, agent_id="agent_000", observation={"time_step": t}
+        )
+        assert (req.action_name, req.arguments) == (action, args)
+        assert req.agent_id == "agent_000" and req.time_step == t and req.run_id == "r"
+
+
+def test_emit_event_values_are_in_range_and_both_actions_occur() -> None:
+    policy = RandomAgentPolicy.from_seed(7)
+    seen = set()
+    for t in range(200):
+        req = policy.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+        seen.add(req.action_name)
+        if req.action_name == "emit_event":
+            assert 0 <= req.arguments["value"] <= 1_000_000
+            assert req.arguments["seen_time_step"] == t
+    assert seen == {"noop", "emit_event"}
+
+
+@pytest.mark.parametrize(
+    "space",
+    [("noop", "emit_event"), ("emit_event",), ("noop",), ("emit_event", "noop", "noop")],
+)
+def test_batch_equals_per_agent_decisions_and_leaves_rngs_in_place(space: tuple[str, ...]) -> None:
+    seeds = [stable_agent_seed(3, f"agent_{i:03d}") for i in range(37)]
+    single = [RandomAgentPolicy.from_seed(s, space) for s in seeds]
+    batched = [RandomAgentPolicy.from_seed(s, space) for s in seeds]
+    batch = RandomBatch(batched)
+    for t in range(900):  # long enough to cross several Mersenne Twister blocks
+        codes, values = batch.decide()
+        for i, policy in enumerate(single):
+            req = policy.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+            assert req.action_name == space[codes[i]]
+            assert values[i] == (req.arguments["value"] if req.action_name == "emit_event" else -1)
+    batch.sync_policies()
+    for a, b in zip(single, batched, strict=True):
+        assert a.rng.getstate() == b.rng.getstate()
+
+
+def test_batch_starts_from_a_used_generator() -> None:
+    rng_a, rng_b = random.Random(99), random.Random(99)
+    for _ in range(1000):  # an arbitrary position inside a block
+        rng_a.random()
+        rng_b.random()
+    a, b = RandomAgentPolicy(rng_a), RandomAgentPolicy(rng_b)
+    batch = RandomBatch([b])
+    for t in range(50):
+        codes, values = batch.decide()
+        req = a.decide(run_id="r", time_step=t, agent_id="x", observation={"time_step": t})
+        assert req.action_name == a.action_space[codes[0]]
+    batch.sync_policies()
+    assert a.rng.getstate() == b.rng.getstate()
+
+
+def test_policy_state_round_trips() -> None:
+    p = RandomAgentPolicy.from_seed(5)
+    state = p.get_state()
+    first = [
+        p.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+        for t in range(5)
+    ]
+    p.set_state(state)
+    again = [
+        p.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+        for t in range(5)
+    ]
+    assert first == again
+
+
+def test_empty_action_space_is_rejected() -> None:
+    with pytest.raises(ValueError, match="at least one action"):
+        RandomAgentPolicy(random.Random(1), [])

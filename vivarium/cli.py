@@ -1,0 +1,176 @@
+"""``vvm``: the command line. Bad flags or inputs print one line and exit with status 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from vivarium.errors import ConfigError, VivariumError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that name the subcommand's help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive(name: str, minimum: int = 1) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, not {value}")
+        return value
+
+    return parse
+
+
+def _add_run_flags(p: argparse.ArgumentParser, *, steps: int, agents: int) -> None:
+    p.add_argument("--steps", type=_positive("--steps", 0), default=steps, help="steps to run")
+    p.add_argument("--agents", type=_positive("--agents"), default=agents, help="number of agents")
+    p.add_argument("--seed", type=_positive("--seed", 0), default=42, help="master seed")
+    p.add_argument("--db", type=Path, default=None, help="trace file (default runs/<name>.sqlite)")
+    p.add_argument("--run-id", default=None, help="run id (default: derived from the config)")
+    p.add_argument(
+        "--scheduling", choices=["sequential", "simultaneous"], default=None, help="step semantics"
+    )
+    p.add_argument("--order", choices=["sorted", "shuffle"], default=None, help="commit order")
+    p.add_argument(
+        "--message-history",
+        type=_positive("--message-history", 0),
+        default=None,
+        help="messages each observation carries",
+    )
+    p.add_argument(
+        "--nondeterministic-timestamps",
+        action="store_true",
+        help="record wall-clock times (the trace is then no longer byte-identical across runs)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flag, field in (
+        ("steps", "steps"),
+        ("agents", "agents"),
+        ("seed", "seed"),
+        ("run_id", "run_id"),
+        ("scheduling", "scheduling"),
+        ("order", "order"),
+        ("message_history", "message_history_limit"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out[field] = value
+    if getattr(args, "nondeterministic_timestamps", False):
+        out["deterministic_timestamps"] = False
+    return out
+
+
+def _summarise(run: Any, seconds: float) -> None:
+    actions = run.to_polars("actions")
+    n = actions.height
+    counts = actions.group_by("action").len().sort("action")
+    ok = int(actions["success"].sum()) if n else 0
+    mix = ", ".join(f"{a}={c}" for a, c in counts.iter_rows())
+    m = run.metadata
+    print(f"run {m['run_id']}: {m['steps_done']} steps x {m['agents']} agents -> {n} decisions")
+    print(f"  actions: {mix or 'none'}; succeeded {ok}/{n}")
+    if seconds > 0:
+        print(f"  {n / seconds:,.0f} decisions/s ({seconds:.2f} s)")
+    steps = run.to_polars("steps")
+    if steps.height:
+        print(f"  final state hash {steps['state_hash'][-1]}")
+    print(f"  trace: {run.path}")
+
+
+def _cmd_phase1(args: argparse.Namespace) -> int:
+    from vivarium.experiment import Experiment
+
+    exp = Experiment(name="phase1", world="channel", policy="random", **_overrides(args))
+    start = time.perf_counter()
+    run = exp.run(args.db, progress=False if args.no_progress else None)
+    _summarise(run, time.perf_counter() - start)
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from vivarium.experiment import Experiment
+
+    exp = Experiment.from_file(args.config, **_overrides(args))
+    start = time.perf_counter()
+    run = exp.run(args.db, progress=False if args.no_progress else None)
+    _summarise(run, time.perf_counter() - start)
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from vivarium.trace.validate import validate_trace
+
+    worst = 0
+    for path in args.db:
+        report = validate_trace(path)
+        print("\n".join(report.lines()))
+        worst = max(worst, {"ok": 0, "incomplete": 3, "corrupt": 1}[report.status])
+    return worst
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="vvm", description="Vivarium: reproducible multi-agent simulations.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+
+    p1 = sub.add_parser("phase1", help="random agents in the channel world, traced to SQLite")
+    _add_run_flags(p1, steps=100, agents=5)
+    p1.set_defaults(func=_cmd_phase1)
+
+    pr = sub.add_parser("run", help="run an experiment config (YAML or JSON)")
+    pr.add_argument("config", type=Path, help="config file")
+    _add_run_flags(pr, steps=None, agents=None)  # type: ignore[arg-type]
+    pr.set_defaults(func=_cmd_run)
+
+    pv = sub.add_parser(
+        "validate",
+        help="check traces: complete, numbered, hash chain intact (exit 0 ok, 1 corrupt, 3 incomplete)",
+    )
+    pv.add_argument("db", type=Path, nargs="+", help="trace file(s)")
+    pv.set_defaults(func=_cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from vivarium._version import __version__
+
+        print(f"vivarium-lab {__version__}")
+        return 0
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"vvm {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except VivariumError as exc:
+        print(f"vvm {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"vvm {args.command}: interrupted; committed steps are kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

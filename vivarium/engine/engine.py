@@ -1,0 +1,311 @@
+"""WorldEngine: steps a world with its agents and records every decision to the trace.
+
+Each step: agents act in a canonical order (sorted ids, or a seeded shuffle per step), every
+decision and outcome becomes a row, the world's digest and the rows are chained into a state
+hash, and the step is committed to the trace in one transaction.
+
+Scheduling:
+- ``sequential``: each agent observes the world after the agents before it have acted this step.
+- ``simultaneous``: every agent observes one snapshot, then the actions are applied in order.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from vivarium.errors import ConfigError
+from vivarium.policies.base import AgentPolicy, policy_name
+from vivarium.policies.random import RandomBatch
+from vivarium.seeding import canonical_json, derive_seed
+from vivarium.trace.db import TraceDb
+from vivarium.trace.records import GENESIS_HASH, StepRecord, encode_column, hash_record
+from vivarium.trace.schema import MAX_AGENTS_PER_STEP
+from vivarium.types import ActionRequest, ActionResult, RunMetadata
+from vivarium.worlds.channel import InMemoryChannel
+
+Scheduling = Literal["sequential", "simultaneous"]
+Order = Literal["sorted", "shuffle"]
+
+
+class WorldEngineConfig(BaseModel):
+    """How the engine steps: run id, scheduling, ordering and what observations carry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    seed: int = Field(
+        default=0, ge=0, description="Seeds the per-step shuffle when order='shuffle'."
+    )
+    deterministic_timestamps: bool = True
+    message_history_limit: int = Field(default=20, ge=0)
+    scheduling: Scheduling = "sequential"
+    order: Order = "sorted"
+    batch: bool = Field(
+        default=True, description="Let random agents decide in one vectorised batch per step."
+    )
+
+
+StepCallback = Callable[[int, StepRecord], None]
+
+
+def _json_or_none(value: dict[str, Any] | None) -> str | None:
+    return canonical_json(value) if value else None
+
+
+def _quoted_names(names: tuple[str, ...]) -> np.ndarray:
+    return np.array([json.dumps(name, ensure_ascii=False) for name in names], dtype=object)
+
+
+def _event_arguments_json(values: np.ndarray, emitting: np.ndarray, t: int) -> str:
+    """The JSON array of emit_event arguments (each a JSON string), null where no event.
+
+    Byte-for-byte what ``encode_column`` makes of ``emit_event_arguments_json`` strings.
+    """
+    items = np.full(len(values), "null", dtype=object)
+    prefix = '"{\\"seen_time_step\\":' + str(t) + ',\\"value\\":'
+    items[emitting] = [f'{prefix}{v}}}"' for v in values[emitting].tolist()]
+    return "[" + ",".join(items.tolist()) + "]"
+
+
+class WorldEngine:
+    """Runs ``agents`` (id -> policy) in ``world`` and writes each step to ``trace_db``."""
+
+    def __init__(
+        self,
+        config: WorldEngineConfig,
+        agents: Mapping[str, AgentPolicy],
+        world: Any | None = None,
+        trace_db: TraceDb | None = None,
+        *,
+        channel: InMemoryChannel | None = None,
+        metadata: RunMetadata | None = None,
+    ) -> None:
+        if not agents:
+            raise ConfigError("a run needs at least one agent")
+        if len(agents) > MAX_AGENTS_PER_STEP:
+            raise ConfigError(f"at most {MAX_AGENTS_PER_STEP} agents per run")
+        for agent_id, policy in agents.items():
+            if not callable(getattr(policy, "decide", None)):
+                raise ConfigError(f"policy for {agent_id} has no decide() method")
+        self.config = config
+        self.agent_ids = sorted(agents)
+        self.policies = [agents[a] for a in self.agent_ids]
+        self.world = (
+            world
+            if world is not None
+            else channel or InMemoryChannel(message_history_limit=config.message_history_limit)
+        )
+        self.trace_db = trace_db
+        self.metadata = metadata
+        self.state_hash = GENESIS_HASH
+        self.next_step = 0
+        self._batch: RandomBatch | None = None
+        self._batch_checked = False
+        self._run_started = False
+        self._json_cache: dict[tuple[str, int], Any] = {}
+
+    # -- ordering -----------------------------------------------------------------------------
+    def order(self, time_step: int) -> list[int]:
+        """Agent indices in commit order for a step."""
+        idx = list(range(len(self.agent_ids)))
+        if self.config.order == "shuffle":
+            random.Random(derive_seed(self.config.seed, "order", time_step)).shuffle(idx)
+        return idx
+
+    # -- the batch path -----------------------------------------------------------------------
+    def _batch_decider(self) -> RandomBatch | None:
+        if not self._batch_checked:
+            self._batch_checked = True
+            batch_actions = getattr(self.world, "batch_actions", None)
+            if (
+                self.config.batch
+                and callable(batch_actions)
+                and RandomBatch.supports(self.policies, batch_actions())
+            ):
+                self._batch = RandomBatch(self.policies)  # type: ignore[arg-type]
+        return self._batch
+
+    def _step_batch(self, t: int, batch: RandomBatch, record: StepRecord) -> None:
+        """All random agents in one vectorised draw; the stored JSON is built directly."""
+        codes, values = batch.decide()
+        n = len(codes)
+        if self.config.order == "shuffle":
+            order = self.order(t)
+            codes, values = codes[order], values[order]
+            agent_json = encode_column(order)
+        else:
+            agent_json = self._cached_json("agents", n, lambda: encode_column(list(range(n))))
+        quoted = self._cached_json("names", 0, lambda: _quoted_names(batch.action_space))
+        emitting = values >= 0
+        record.n_actions = n
+        record.encoded = (
+            agent_json,
+            "[" + ",".join(quoted[codes].tolist()) + "]",
+            _event_arguments_json(values, emitting, t) if emitting.any() else None,
+            None,
+            None,
+            self._cached_json("ones", n, lambda: encode_column([1] * n)),
+            None,
+            None,
+        )
+        counts = np.bincount(codes, minlength=len(batch.action_space)).tolist()
+        self.world.apply_batch(dict(zip(batch.action_space, counts, strict=True)))
+
+    def _cached_json(self, kind: str, n: int, make: Callable[[], Any]) -> Any:
+        key = (kind, n)
+        if key not in self._json_cache:
+            self._json_cache[key] = make()
+        return self._json_cache[key]
+
+    # -- the general path ---------------------------------------------------------------------
+    def _decide(self, idx: int, t: int, observation: dict[str, Any]) -> ActionRequest | str:
+        agent_id = self.agent_ids[idx]
+        try:
+            request = self.policies[idx].decide(
+                run_id=self.config.run_id, time_step=t, agent_id=agent_id, observation=observation
+            )
+        except Exception as exc:  # fail soft, record loud
+            return f"policy error: {type(exc).__name__}: {exc}"
+        if not isinstance(request, ActionRequest):
+            return f"policy returned {type(request).__name__}, not ActionRequest"
+        return request
+
+    def _commit(self, idx: int, t: int, decided: ActionRequest | str, record: StepRecord) -> None:
+        if isinstance(decided, str):
+            record.add_action(idx, "noop", None, None, None, False, None, decided)
+            return
+        request = decided
+        if request.agent_id != self.agent_ids[idx] or request.time_step != t:
+            result = ActionResult.failed(
+                f"request names agent {request.agent_id!r} at step {request.time_step}, "
+                f"expected {self.agent_ids[idx]!r} at step {t}"
+            )
+        else:
+            try:
+                result = self.world.apply(request)
+            except Exception as exc:  # a world bug must not lose the run
+                result = ActionResult.failed(f"world error: {type(exc).__name__}: {exc}")
+        record.add_action(
+            idx,
+            request.action_name,
+            _json_or_none(request.arguments),
+            request.reasoning,
+            _json_or_none(request.metadata),
+            result.success,
+            _json_or_none(result.result),
+            result.error,
+        )
+
+    def _step_general(self, t: int, record: StepRecord) -> None:
+        order = self.order(t)
+        observe = self.world.observe
+        if self.config.scheduling == "sequential":
+            for idx in order:
+                obs = observe(self.agent_ids[idx], t)
+                self._commit(idx, t, self._decide(idx, t, obs), record)
+        else:
+            observations = [observe(self.agent_ids[idx], t) for idx in order]
+            decisions = [
+                self._decide(idx, t, obs) for idx, obs in zip(order, observations, strict=True)
+            ]
+            for idx, decided in zip(order, decisions, strict=True):
+                self._commit(idx, t, decided, record)
+
+    # -- stepping -----------------------------------------------------------------------------
+    def _ensure_run_recorded(self, steps: int) -> None:
+        if self._run_started or self.trace_db is None:
+            self._run_started = True
+            return
+        meta = self.metadata or RunMetadata(
+            run_id=self.config.run_id,
+            name=self.config.run_id,
+            world=getattr(self.world, "name", type(self.world).__name__),
+            policy=",".join(sorted({policy_name(p) for p in self.policies})),
+            seed=self.config.seed,
+            agents=len(self.agent_ids),
+            steps=steps,
+            scheduling=self.config.scheduling,
+            vivarium_version=_version(),
+            config=self.config.model_dump(),
+        )
+        self.trace_db.begin_run(
+            meta,
+            [
+                (i, aid, policy_name(p), _agent_seed(p))
+                for i, (aid, p) in enumerate(zip(self.agent_ids, self.policies, strict=True))
+            ],
+        )
+        self._run_started = True
+
+    def step(self, t: int | None = None) -> StepRecord:
+        """Run one step (the next one by default) and commit it to the trace."""
+        t = self.next_step if t is None else t
+        if t != self.next_step:
+            raise ConfigError(f"step {t} requested, but the next step is {self.next_step}")
+        self._ensure_run_recorded(t + 1)
+        record = StepRecord(step=t)
+        batch = self._batch_decider()
+        if batch is not None:
+            self._step_batch(t, batch, record)
+        else:
+            self._step_general(t, record)
+        take = getattr(self.world, "take_messages", None)
+        if take is not None:
+            record.messages = take()
+        record.world_digest = self.world.state_digest()
+        self.state_hash = record.state_hash = hash_record(self.state_hash, record)
+        if self.trace_db is not None:
+            self.trace_db.write_step(record)
+        self.next_step = t + 1
+        return record
+
+    def run(
+        self,
+        steps: int,
+        *,
+        progress: Any | None = None,
+        on_step: StepCallback | None = None,
+        finish: bool = True,
+    ) -> str:
+        """Run ``steps`` more steps; returns the final state hash. ``progress`` is a tqdm-like bar."""
+        self._ensure_run_recorded(self.next_step + steps)
+        status, error = "complete", None
+        try:
+            for _ in range(steps):
+                record = self.step()
+                if progress is not None:
+                    progress.update(1)
+                if on_step is not None:
+                    on_step(record.step, record)
+        except BaseException as exc:
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            if self._batch is not None:
+                self._batch.sync_policies()
+            if self.trace_db is not None and finish:
+                if status == "failed" and isinstance(error, str) and "KeyboardInterrupt" in error:
+                    status = "interrupted"
+                try:
+                    self.trace_db.finish_run(status, error)
+                except Exception:
+                    if status == "complete":
+                        raise
+        return self.state_hash
+
+
+def _agent_seed(policy: object) -> str | None:
+    seed = getattr(policy, "seed", None)
+    return None if seed is None else str(seed)
+
+
+def _version() -> str:
+    from vivarium._version import __version__
+
+    return __version__

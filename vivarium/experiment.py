@@ -1,0 +1,267 @@
+"""The public face: ``Experiment`` runs a config, ``Run`` reads its trace as frames."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vivarium.config import ExperimentConfig, load_config_data, make_config
+from vivarium.errors import TraceError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import polars as pl
+
+    from vivarium.engine.engine import WorldEngine
+    from vivarium.trace.db import TraceDb
+
+DEFAULT_RUNS_DIR = Path("runs")
+
+
+def _progress_enabled(progress: bool | None) -> bool:
+    if progress is not None:
+        return progress
+    return os.environ.get("VIVARIUM_PROGRESS", "1").lower() not in {"0", "false", "no", "off"}
+
+
+class Experiment:
+    """A configured experiment: ``Experiment(agents=5, steps=100, seed=42).run()``."""
+
+    def __init__(self, config: ExperimentConfig | None = None, /, **fields: Any) -> None:
+        if config is not None and fields:
+            merged = {**config.model_dump(), **fields}
+            self.config = make_config(ExperimentConfig, merged)
+        elif config is not None:
+            self.config = config
+        else:
+            self.config = make_config(ExperimentConfig, fields)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> Experiment:
+        data = {**load_config_data(path), **overrides}
+        return cls(make_config(ExperimentConfig, data, where=str(path)))
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"Experiment(name={c.name!r}, world={c.world!r}, policy={c.policy!r}, "
+            f"agents={c.agents}, steps={c.steps}, seed={c.seed})"
+        )
+
+    @property
+    def run_id(self) -> str:
+        return self.config.resolved_run_id()
+
+    def default_db(self) -> Path:
+        return (
+            Path(self.config.db)
+            if self.config.db
+            else DEFAULT_RUNS_DIR / f"{self.config.name}.sqlite"
+        )
+
+    def build(self, trace_db: TraceDb | None) -> WorldEngine:
+        """The engine for this config, writing to ``trace_db`` (None: no trace)."""
+        from vivarium._version import __version__
+        from vivarium.build import build_agents, build_world
+        from vivarium.engine.engine import WorldEngine, WorldEngineConfig
+        from vivarium.types import RunMetadata
+
+        c = self.config
+        agents = build_agents(c)
+        world = build_world(c)
+        meta = RunMetadata(
+            run_id=self.run_id,
+            name=c.name,
+            world=c.world,
+            policy=c.policy if agents else "",
+            seed=c.seed,
+            agents=c.agents,
+            steps=c.steps,
+            scheduling=c.scheduling,
+            vivarium_version=__version__,
+            config=c.identity(),
+        )
+        return WorldEngine(
+            WorldEngineConfig(
+                run_id=self.run_id,
+                seed=c.seed,
+                deterministic_timestamps=c.deterministic_timestamps,
+                message_history_limit=c.message_history_limit,
+                scheduling=c.scheduling,
+                order=c.order,
+            ),
+            agents,
+            world,
+            trace_db,
+            metadata=meta,
+        )
+
+    def run(
+        self,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        progress: bool | None = None,
+        on_step: Any | None = None,
+    ) -> Run:
+        """Run every step, write the trace, and return the ``Run`` that reads it.
+
+        The trace goes to ``db``, else the config's ``db``, else ``runs/<name>.sqlite``. An
+        existing Vivarium trace there is replaced; any other file is left alone (an error).
+        """
+        from vivarium.trace.db import TraceDb
+
+        path = Path(db) if db is not None else self.default_db()
+        trace = TraceDb(path, deterministic_timestamps=self.config.deterministic_timestamps)
+        bar = None
+        try:
+            engine = self.build(trace)
+            if _progress_enabled(progress):
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=self.config.steps, desc=self.config.name, unit="step", leave=True)
+            engine.run(self.config.steps, progress=bar, on_step=on_step)
+        finally:
+            if bar is not None:
+                bar.close()
+            trace.close()
+        return Run.open(path)
+
+
+class Run:
+    """A finished (or interrupted) run, read from its trace file. Frames are loaded on demand."""
+
+    def __init__(self, path: Path, metadata: dict[str, Any]) -> None:
+        self.path = path
+        self.metadata = metadata
+        self.run_id: str = metadata["run_id"]
+        self._frames: dict[str, Any] = {}
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Run:
+        from vivarium.trace.db import TraceDb
+
+        p = Path(path)
+        con = TraceDb.connect_readonly(p)
+        try:
+            con.row_factory = __import__("sqlite3").Row
+            row = con.execute("SELECT * FROM runs").fetchone()
+        except Exception as exc:
+            raise TraceError(f"cannot read the run record in {p}: {exc}") from None
+        finally:
+            con.close()
+        if row is None:
+            raise TraceError(f"{p} holds no run record (the run never started)")
+        meta = dict(row)
+        meta["config"] = json.loads(meta.pop("config_json"))
+        return cls(p, meta)
+
+    # -- frames -------------------------------------------------------------------------------
+    def arrow(self, name: str) -> Any:
+        """A trace table as Arrow (cached): the source of every other frame."""
+        if name not in self._frames:
+            from vivarium.trace.frames import read_arrow
+
+            self._frames[name] = read_arrow(self.path, name, run_id=self.run_id)
+        return self._frames[name]
+
+    def frame(self, name: str, kind: str = "pandas") -> Any:
+        from vivarium.trace import frames
+
+        table = self.arrow(name)
+        if kind == "polars":
+            return frames.to_polars(table)
+        if kind == "pandas":
+            return frames.to_pandas(table)
+        if kind == "arrow":
+            return table
+        raise ValueError(f"kind must be 'pandas', 'polars' or 'arrow', not {kind!r}")
+
+    @property
+    def actions(self) -> pd.DataFrame:
+        """One row per agent decision: step, seq, agent_id, action, arguments, outcome..."""
+        return self.frame("actions")
+
+    @property
+    def messages(self) -> pd.DataFrame:
+        return self.frame("messages")
+
+    @property
+    def llm_calls(self) -> pd.DataFrame:
+        return self.frame("llm_calls")
+
+    @property
+    def transitions(self) -> pd.DataFrame:
+        return self.frame("transitions")
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self.frame("steps")
+
+    @property
+    def agents(self) -> pd.DataFrame:
+        return self.frame("agents")
+
+    def to_polars(self, name: str | None = None) -> pl.DataFrame | dict[str, pl.DataFrame]:
+        """The frames as polars: one by name, or all of them in a dict."""
+        from vivarium.trace.frames import FRAME_NAMES
+
+        if name is not None:
+            return self.frame(name, "polars")
+        return {n: self.frame(n, "polars") for n in FRAME_NAMES}
+
+    def to_parquet(self, directory: str | os.PathLike[str]) -> dict[str, Path]:
+        """Write every frame as ``<directory>/<frame>.parquet``; returns the paths."""
+        import pyarrow.parquet as pq
+
+        from vivarium.trace.frames import FRAME_NAMES
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for name in FRAME_NAMES:
+            target = out / f"{name}.parquet"
+            pq.write_table(self.arrow(name), target)
+            paths[name] = target
+        return paths
+
+    # -- views --------------------------------------------------------------------------------
+    @cached_property
+    def config(self) -> ExperimentConfig | None:
+        try:
+            return ExperimentConfig.model_validate(self.metadata["config"])
+        except Exception:
+            return None
+
+    def validate(self) -> Any:
+        from vivarium.trace.validate import validate_trace
+
+        return validate_trace(self.path)
+
+    def _facts(self) -> list[tuple[str, str]]:
+        m = self.metadata
+        return [
+            ("run_id", m["run_id"]),
+            ("world", m["world"]),
+            ("policy", m["policy"]),
+            ("agents", str(m["agents"])),
+            ("steps", f"{m['steps_done']}/{m['steps']}"),
+            ("seed", m["seed"]),
+            ("status", m["status"]),
+            ("trace", str(self.path)),
+        ]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in self._facts())
+        return f"Run({inner})"
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(v)}</td></tr>"
+            for k, v in self._facts()
+        )
+        return f"<div><b>Vivarium run</b><table>{rows}</table></div>"

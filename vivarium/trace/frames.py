@@ -1,0 +1,255 @@
+"""Trace tables as Arrow, polars and pandas frames.
+
+Reads go through the ADBC SQLite driver (straight into Arrow, about 3x faster than sqlite3 +
+fetchall). The driver infers column types from the first rows it sees, so every query starts
+with one typed row that is dropped again: a text column that begins with NULLs stays text.
+Agent ids, action names and other repeated strings become dictionary (categorical) columns.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vivarium.errors import TraceError
+from vivarium.trace.db import check_trace_file
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import polars as pl
+    import pyarrow as pa
+
+# name -> (typed sample row, SQL body, column kinds). Kinds: i=int64, f=float64, t=text,
+# c=categorical text, b=bool, a=agent (agent_idx -> agent_id categorical).
+_TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
+    "messages": (
+        [("step", "i"), ("seq", "i"), ("author_id", "c"), ("channel", "c"), ("content", "t")],
+        "FROM messages ORDER BY id",
+    ),
+    "llm_calls": (
+        [
+            ("step", "i"),
+            ("agent_idx", "a"),
+            ("attempt", "i"),
+            ("model", "c"),
+            ("request_hash", "t"),
+            ("prompt_tokens", "i"),
+            ("completion_tokens", "i"),
+            ("cost", "f"),
+            ("latency_ms", "f"),
+            ("cache_hit", "b"),
+            ("finish_reason", "c"),
+            ("error", "t"),
+        ],
+        "FROM llm_calls ORDER BY id",
+    ),
+    "transitions": (
+        [
+            ("step", "i"),
+            ("agent_idx", "a"),
+            ("from_state", "c"),
+            ("to_state", "c"),
+            ("trigger", "t"),
+        ],
+        "FROM transitions ORDER BY id",
+    ),
+    "steps": (
+        [
+            ("step", "i"),
+            ("n_actions", "i"),
+            ("n_messages", "i"),
+            ("world_digest", "t"),
+            ("state_hash", "t"),
+            ("wall_time", "t"),
+        ],
+        "FROM steps ORDER BY step",
+    ),
+    "agents": (
+        [("agent_idx", "i"), ("agent_id", "t"), ("policy", "c"), ("seed", "t")],
+        "FROM agents ORDER BY agent_idx",
+    ),
+}
+
+FRAME_NAMES = ("actions", "messages", "llm_calls", "transitions", "steps", "agents")
+_SAMPLE = {"i": "0", "a": "0", "b": "0", "f": "0.0", "t": "''", "c": "''"}
+
+
+def _query(columns: list[tuple[str, str]], body: str) -> str:
+    sample = ", ".join(f"{_SAMPLE[kind]} AS {name}" for name, kind in columns)
+    names = ", ".join(name for name, _ in columns)
+    # The compound keeps the typed sample row first; the body's ORDER BY applies inside.
+    return f"SELECT {sample} UNION ALL SELECT * FROM (SELECT {names} {body})"
+
+
+def _fetch_arrow(path: Path, sql: str) -> pa.Table:
+    import adbc_driver_sqlite.dbapi as adbc
+
+    uri = f"file:{path.resolve()}?mode=ro"
+    with adbc.connect(uri) as con, con.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetch_arrow_table()
+
+
+_ACTION_KINDS = (
+    ("agent_idx", "a"),
+    ("action", "c"),
+    ("arguments", "t"),
+    ("reasoning", "t"),
+    ("metadata", "t"),
+    ("success", "b"),
+    ("result", "t"),
+    ("error", "t"),
+)
+
+
+def _agent_ids(p: Path) -> pa.Array:
+    ids = _fetch_arrow(
+        p,
+        "SELECT '' AS agent_id UNION ALL "
+        "SELECT agent_id FROM (SELECT agent_id FROM agents ORDER BY agent_idx)",
+    )
+    return ids.column(0).combine_chunks().slice(1)
+
+
+def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
+    """Decode the per-step JSON arrays into one row per decision.
+
+    The steps' arrays are handed to Arrow's (C++) JSON reader as one document per step, so
+    a million decisions decode in a fraction of a second.
+    """
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "SELECT step, n_actions, agent_idx, action, arguments, reasoning, metadata, success, "
+            "result, error FROM steps ORDER BY step"
+        ).fetchall()
+    finally:
+        con.close()
+    counts = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+    steps = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    seq = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+    arrays: list[pa.Array] = [pa.array(np.repeat(steps, counts)), pa.array(seq)]
+    types = {"a": pa.int64(), "b": pa.int64()}
+    fields = [(name, pa.list_(types.get(kind, pa.string()))) for name, kind in _ACTION_KINDS]
+    if not rows:
+        return [("step", "i"), ("seq", "i"), *_ACTION_KINDS], arrays + [
+            pa.array([], t.value_type) for _, t in fields
+        ]
+    # Columns that are null throughout, or the same array every step (agent order, success
+    # of random agents), are built directly; only the rest goes through the JSON reader.
+    decoded: dict[str, pa.Array] = {}
+    parse: list[tuple[int, str, Any]] = []
+    for i, (name, typ) in enumerate(fields):
+        texts = [row[2 + i] for row in rows]
+        distinct = set(texts)
+        if distinct == {None}:
+            decoded[name] = pa.nulls(total, typ.value_type)
+        elif len(distinct) == 1 and len(set(counts.tolist())) == 1:
+            one = pa.array(json.loads(texts[0]), typ.value_type)
+            if len(one) != counts[0]:
+                raise TraceError(f"actions column '{name}' is damaged at step 0")
+            decoded[name] = pa.concat_arrays([one] * len(rows)) if len(rows) > 1 else one
+        else:
+            parse.append((i, name, typ))
+    if parse:
+        nulls: dict[int, str] = {}
+        lines = []
+        for row in rows:
+            n = row[1]
+            if n not in nulls:
+                nulls[n] = "[" + ",".join(["null"] * n) + "]"
+            filler = nulls[n]
+            body = ",".join(
+                f'"{name}":{row[2 + i] if row[2 + i] is not None else filler}'
+                for i, name, _ in parse
+            )
+            lines.append("{" + body + "}")
+        try:
+            table = pj.read_json(
+                io.BytesIO("\n".join(lines).encode()),
+                parse_options=pj.ParseOptions(
+                    explicit_schema=pa.schema([(name, typ) for _, name, typ in parse])
+                ),
+            )
+        except pa.ArrowInvalid as exc:
+            raise TraceError(f"actions in {p} are damaged: {exc}") from None
+        for _, name, _ in parse:
+            decoded[name] = table.column(name).combine_chunks().flatten()
+    for name, _ in fields:
+        flat = decoded[name]
+        if len(flat) != total:
+            raise TraceError(f"actions column '{name}' holds {len(flat)} values, expected {total}")
+        arrays.append(flat)
+    return [("step", "i"), ("seq", "i"), *_ACTION_KINDS], arrays
+
+
+def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Table:
+    """One trace table as an Arrow table with decoded agent ids and categorical text."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if name not in FRAME_NAMES:
+        raise TraceError(f"unknown trace table '{name}' (known: {', '.join(FRAME_NAMES)})")
+    p = check_trace_file(path)
+    try:
+        if name == "actions":
+            columns, arrays = _read_actions(p)
+        else:
+            columns, body = _TABLES[name]
+            arrays = list(_fetch_arrow(p, _query(columns, body)).slice(1).columns)
+    except TraceError:
+        raise
+    except Exception as exc:  # a damaged or partial file
+        raise TraceError(f"cannot read table '{name}' from {p}: {exc}") from None
+    agent_ids: pa.Array | None = None
+    out: dict[str, Any] = {}
+    for (col, kind), arr in zip(columns, arrays, strict=True):
+        arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+        if kind == "a":
+            if agent_ids is None:
+                agent_ids = _agent_ids(p)
+            out["agent_id"] = pa.DictionaryArray.from_arrays(arr.cast(pa.int32()), agent_ids)
+        elif kind == "c":
+            out[col] = pc.dictionary_encode(arr)
+        elif kind == "b":
+            out[col] = pc.not_equal(arr, 0) if len(arr) else arr.cast(pa.bool_())
+        elif kind == "i":
+            out[col] = arr.cast(pa.int64())
+        elif kind == "f":
+            out[col] = arr.cast(pa.float64())
+        else:
+            out[col] = arr.cast(pa.string())
+    result = pa.table(out)
+    if run_id is not None:
+        rid = pa.DictionaryArray.from_arrays(
+            pa.array([0] * result.num_rows, pa.int32()), pa.array([run_id])
+        )
+        result = result.add_column(0, "run_id", rid)
+    return result
+
+
+def to_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow -> pandas: dictionaries become categoricals, text keeps pandas' string dtype."""
+    import pandas as pd
+
+    df = table.to_pandas()
+    for field in table.schema:
+        if str(field.type) == "string" and df[field.name].dtype == object:
+            df[field.name] = df[field.name].astype(pd.StringDtype())
+    return df
+
+
+def to_polars(table: pa.Table) -> pl.DataFrame:
+    import polars as pl
+
+    return pl.from_arrow(table)  # type: ignore[return-value]

@@ -1,0 +1,133 @@
+"""``vvm validate``: is a trace complete, and has anything in it changed since it was written?"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vivarium.errors import TraceError
+from vivarium.trace.db import TraceDb
+from vivarium.trace.records import ACTION_COLUMNS, GENESIS_HASH, chain_hash
+from vivarium.trace.schema import SEQ_BITS
+
+
+@dataclass
+class ValidationReport:
+    path: Path
+    status: str = "ok"  # ok | incomplete | corrupt
+    run_id: str | None = None
+    steps_expected: int = 0
+    steps_found: int = 0
+    agents: int = 0
+    actions: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def lines(self) -> list[str]:
+        head = (
+            f"{self.status.upper()}: {self.path} run={self.run_id} "
+            f"steps={self.steps_found}/{self.steps_expected} agents={self.agents} "
+            f"actions={self.actions}"
+        )
+        return [head, *(f"  - {p}" for p in self.problems)]
+
+
+def validate_trace(path: str | Path) -> ValidationReport:
+    """Check the run row, step numbering, row counts and the state-hash chain."""
+    report = ValidationReport(Path(path))
+    con = TraceDb.connect_readonly(path)
+    try:
+        _check(con, report)
+    except sqlite3.DatabaseError as exc:
+        report.status = "corrupt"
+        report.problems.append(f"SQLite error: {exc}")
+    finally:
+        con.close()
+    return report
+
+
+def _corrupt(report: ValidationReport, problem: str) -> None:
+    report.status = "corrupt"
+    report.problems.append(problem)
+
+
+def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
+    runs = con.execute("SELECT run_id, steps, agents, status, steps_done FROM runs").fetchall()
+    if len(runs) != 1:
+        _corrupt(report, f"expected one runs row, found {len(runs)}")
+        if not runs:
+            return
+    run_id, planned, n_agents, status, _done = runs[0]
+    report.run_id, report.steps_expected = run_id, planned
+    report.agents = con.execute("SELECT count(*) FROM agents").fetchone()[0]
+    if report.agents != n_agents:
+        _corrupt(report, f"runs row says {n_agents} agents, agents table has {report.agents}")
+    step_rows = con.execute(
+        "SELECT step, n_actions, n_messages, world_digest, state_hash, wall_time, "
+        "agent_idx, action, arguments, reasoning, metadata, success, result, error "
+        "FROM steps ORDER BY step"
+    ).fetchall()
+    report.steps_found = len(step_rows)
+    steps = [r[0] for r in step_rows]
+    if steps != list(range(len(steps))):
+        _corrupt(report, "steps are not numbered 0..S-1 without gaps")
+
+    messages: dict[int, list[tuple[int, str, str, str]]] = {}
+    for rid, step, author, channel, content in con.execute(
+        "SELECT id, step, author_id, channel, content FROM messages ORDER BY id"
+    ):
+        messages.setdefault(step, []).append(
+            (rid & ((1 << SEQ_BITS) - 1), author, channel, content)
+        )
+    transitions: dict[int, list[tuple[object, ...]]] = {}
+    for step, *row in con.execute(
+        "SELECT step, agent_idx, from_state, to_state, trigger FROM transitions ORDER BY id"
+    ):
+        transitions.setdefault(step, []).append(tuple(row))
+
+    previous = GENESIS_HASH
+    for step, n_actions, n_messages, world_digest, state_hash, _wall, *encoded in step_rows:
+        if n_actions != n_agents:
+            _corrupt(report, f"step {step}: {n_actions} actions for {n_agents} agents")
+        for name, text in zip(ACTION_COLUMNS, encoded, strict=True):
+            try:
+                length = n_actions if text is None else len(json.loads(text))
+            except ValueError:
+                length = -1
+            if length != n_actions:
+                _corrupt(report, f"step {step}: column {name} does not hold {n_actions} values")
+        step_messages = messages.get(step, [])
+        if len(step_messages) != n_messages:
+            _corrupt(report, f"step {step}: {len(step_messages)} messages, expected {n_messages}")
+        expected = chain_hash(
+            previous,
+            step,
+            world_digest,
+            n_actions,
+            tuple(encoded),
+            step_messages,
+            transitions.get(step, []),
+        )
+        if expected != state_hash:
+            _corrupt(report, f"step {step}: state hash does not match its rows (chain broken here)")
+            break
+        previous = state_hash
+        report.actions += n_actions
+    if report.status == "ok" and (status != "complete" or report.steps_found < planned):
+        report.status = "incomplete"
+        report.problems.append(
+            f"run status is '{status}' with {report.steps_found} of {planned} steps committed "
+            "(resume it with `vvm resume`)"
+        )
+
+
+def require_valid(path: str | Path) -> ValidationReport:
+    report = validate_trace(path)
+    if report.status == "corrupt":
+        raise TraceError(f"{path} is corrupt: {report.problems[0]}")
+    return report

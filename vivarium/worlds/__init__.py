@@ -1,0 +1,6 @@
+"""Worlds: where agents act. A world is anything with observe / apply / state_digest."""
+
+from vivarium.worlds.channel import CHANNEL_ACTIONS, InMemoryChannel
+from vivarium.worlds.registry import ActionError, ActionRegistry, ActionSpec
+
+__all__ = ["CHANNEL_ACTIONS", "ActionError", "ActionRegistry", "ActionSpec", "InMemoryChannel"]

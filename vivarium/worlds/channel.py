@@ -1,0 +1,135 @@
+"""The channel world: a shared message board plus an event counter.
+
+Actions: ``noop``, ``emit_event(value)``, ``post_message(content)``. Observations carry the time
+step, the agent id, the last ``message_history_limit`` messages and the tool names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from vivarium.types import ActionRequest, ActionResult
+from vivarium.worlds.registry import ActionError, ActionRegistry, NoArguments
+
+MAX_MESSAGE_CHARS = 8000
+
+
+class EmitEventArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    value: StrictInt = Field(description="An integer payload for the event.")
+    seen_time_step: StrictInt | None = Field(default=None, description="The step the agent saw.")
+
+
+class PostMessageArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    content: str = Field(description="The text to post to the shared channel.")
+
+
+def _noop(world: InMemoryChannel, request: ActionRequest, args: NoArguments) -> ActionResult:
+    return ActionResult.ok()
+
+
+def _emit_event(
+    world: InMemoryChannel, request: ActionRequest, args: EmitEventArgs
+) -> ActionResult:
+    world.events_emitted += 1
+    return ActionResult.ok()
+
+
+def _post_message(
+    world: InMemoryChannel, request: ActionRequest, args: PostMessageArgs
+) -> ActionResult:
+    content = args.content.strip()
+    if not content:
+        raise ActionError("post_message needs non-empty content")
+    if len(content) > MAX_MESSAGE_CHARS:
+        raise ActionError(f"message too long: {len(content)} chars (limit {MAX_MESSAGE_CHARS})")
+    world.post(request.time_step, request.agent_id, content)
+    return ActionResult.ok({"message_index": len(world.messages) - 1})
+
+
+CHANNEL_ACTIONS = ActionRegistry()
+CHANNEL_ACTIONS.action("noop", "Do nothing this step.")(_noop)
+CHANNEL_ACTIONS.action("emit_event", "Emit an event with an integer value.", EmitEventArgs)(
+    _emit_event
+)
+CHANNEL_ACTIONS.action(
+    "post_message", "Post a message that every agent will see.", PostMessageArgs
+)(_post_message)
+
+# Actions the batch path of random agents may apply without building requests.
+_BATCHABLE = {"noop": _noop, "emit_event": _emit_event}
+
+
+class InMemoryChannel:
+    """A message board shared by all agents. Worlds are protocols: this one is also a base."""
+
+    name = "channel"
+
+    def __init__(
+        self, message_history_limit: int = 20, registry: ActionRegistry | None = None
+    ) -> None:
+        self.message_history_limit = message_history_limit
+        self.registry = registry or CHANNEL_ACTIONS.extend()
+        self.messages: list[dict[str, Any]] = []
+        self.events_emitted = 0
+        self._message_chain = hashlib.sha256()
+        self._unrecorded: list[tuple[int, str, str, str]] = []
+        self._tools = self.registry.names()
+
+    # -- the world protocol -------------------------------------------------------------------
+    def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
+        limit = self.message_history_limit
+        return {
+            "time_step": time_step,
+            "agent_id": agent_id,
+            "messages": self.messages[-limit:] if limit > 0 else [],
+            "tools": self._tools,
+        }
+
+    def apply(self, request: ActionRequest) -> ActionResult:
+        return self.registry.dispatch(self, request)
+
+    def state_digest(self) -> str:
+        return (
+            f"m{len(self.messages)}:e{self.events_emitted}:{self._message_chain.hexdigest()[:16]}"
+        )
+
+    def take_messages(self) -> list[tuple[int, str, str, str]]:
+        """Messages posted since the last call, as (seq, author, channel, content) for the trace."""
+        out, self._unrecorded = self._unrecorded, []
+        return out
+
+    # -- channel operations -------------------------------------------------------------------
+    def post(self, time_step: int, author_id: str, content: str, channel: str = "main") -> None:
+        seq = len(self._unrecorded)  # position within the step, for the trace row id
+        self.messages.append({"time_step": time_step, "author_id": author_id, "content": content})
+        self._message_chain.update(f"{time_step}\x1f{author_id}\x1f{content}\x1e".encode())
+        self._unrecorded.append((seq, author_id, channel, content))
+
+    def batch_actions(self) -> frozenset[str]:
+        """Actions ``apply_batch`` can take: those whose handlers are still the built-in ones."""
+        return frozenset(
+            name
+            for name, fn in _BATCHABLE.items()
+            if (spec := self.registry.get(name)) is not None and spec.handler is fn
+        )
+
+    def apply_batch(self, counts: dict[str, int]) -> None:
+        """Apply many always-valid actions at once (the random agents' fast path)."""
+        self.events_emitted += counts.get("emit_event", 0)
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        return {"messages": list(self.messages), "events_emitted": self.events_emitted}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.messages = []
+        self._message_chain = hashlib.sha256()
+        for m in state["messages"]:
+            self.post(m["time_step"], m["author_id"], m["content"])
+        self._unrecorded = []
+        self.events_emitted = state["events_emitted"]
