@@ -86,7 +86,7 @@ def _summarise(run: Any, seconds: float) -> None:
     m = run.metadata
     print(f"run {m['run_id']}: {m['steps_done']} steps x {m['agents']} agents -> {n} decisions")
     print(f"  actions: {mix or 'none'}; succeeded {ok}/{n}")
-    if seconds > 0:
+    if seconds > 0 and n >= 10_000:  # below that, start-up time dominates the rate
         print(f"  {n / seconds:,.0f} decisions/s ({seconds:.2f} s)")
     steps = run.to_polars("steps")
     if steps.height:
