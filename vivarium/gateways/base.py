@@ -80,7 +80,13 @@ class LLMResponse(BaseModel):
 
 
 class LLMCallError(VivariumError):
-    """A failed LLM call. ``retryable`` says whether trying again may help."""
+    """A failed LLM call. ``retryable`` says whether trying again may help.
+
+    A ``fatal`` error (a replay miss) stops the run instead of becoming a recorded fallback:
+    going on would silently produce a different run than the one being replayed.
+    """
+
+    fatal = False
 
     def __init__(
         self,

@@ -1,0 +1,106 @@
+"""Async policies: concurrent within a step, committed in canonical order, bounded and fail-soft."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from vivarium import ActionRequest, Run, TraceDb, WorldEngine, WorldEngineConfig
+from vivarium.gateways.base import CallRecord, record_call
+
+
+class SlowPoster:
+    """Async policy whose latency is given per agent; logs the order decisions finish in."""
+
+    def __init__(
+        self, delay: float, finished: list[str], in_flight: list[int], peak: list[int]
+    ) -> None:
+        self.delay, self.finished, self.in_flight, self.peak = delay, finished, in_flight, peak
+
+    def decide(self, **kw: Any) -> ActionRequest:
+        raise AssertionError("the engine must use adecide")
+
+    async def adecide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        self.in_flight[0] += 1
+        self.peak[0] = max(self.peak[0], self.in_flight[0])
+        record_call(
+            CallRecord(attempt=1, model="fake", request_hash=agent_id, latency_ms=self.delay * 1000)
+        )
+        await asyncio.sleep(self.delay)
+        self.in_flight[0] -= 1
+        self.finished.append(agent_id)
+        return ActionRequest(
+            run_id=run_id,
+            time_step=time_step,
+            agent_id=agent_id,
+            action_name="post_message",
+            arguments={"content": f"{agent_id} at {time_step}"},
+        )
+
+
+def run_engine(db: Path, agents: dict[str, Any], steps: int, **config: Any) -> Run:
+    trace = TraceDb(db)
+    WorldEngine(WorldEngineConfig(run_id="async", **config), agents, trace_db=trace).run(steps)
+    trace.close()
+    return Run.open(db)
+
+
+def test_reverse_finishing_order_still_commits_in_agent_order(db: Path) -> None:
+    finished: list[str] = []
+    flight, peak = [0], [0]
+    n = 6
+    agents = {f"a{i}": SlowPoster(0.02 * (n - i), finished, flight, peak) for i in range(n)}
+    run = run_engine(db, agents, steps=2, scheduling="simultaneous")
+    assert finished[:n] == [f"a{i}" for i in reversed(range(n))]  # they really finished reversed
+    assert run.actions["agent_id"].tolist() == [f"a{i}" for i in range(n)] * 2
+    assert run.messages["content"].tolist()[:n] == [f"a{i} at 0" for i in range(n)]
+    calls = run.llm_calls
+    assert calls["agent_id"].tolist() == [f"a{i}" for i in range(n)] * 2
+    assert calls["request_hash"].tolist()[:n] == [f"a{i}" for i in range(n)]
+    assert peak[0] == n  # all in flight at once
+
+
+def test_max_concurrency_bounds_calls_in_flight(db: Path) -> None:
+    finished: list[str] = []
+    flight, peak = [0], [0]
+    agents = {f"a{i}": SlowPoster(0.01, finished, flight, peak) for i in range(10)}
+    run_engine(db, agents, steps=1, scheduling="simultaneous", max_concurrency=3)
+    assert peak[0] == 3 and len(finished) == 10
+
+
+class Hanging:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def decide(self, **kw: Any) -> ActionRequest:
+        raise AssertionError
+
+    async def adecide(self, **kw: Any) -> ActionRequest:
+        self.calls += 1
+        await asyncio.sleep(30)
+        raise AssertionError("unreachable")
+
+
+def test_timeout_with_retries_becomes_a_noop_with_reason(db: Path) -> None:
+    hanging = Hanging()
+    finished: list[str] = []
+    agents = {"a": hanging, "b": SlowPoster(0.0, finished, [0], [0])}
+    run = run_engine(
+        db, agents, steps=1, scheduling="simultaneous", agent_timeout_s=0.05, agent_retries=2
+    )
+    row = run.actions.set_index("agent_id").loc["a"]
+    assert row["action"] == "noop" and not row["success"]
+    assert "timeout after 0.05 s (3 attempts)" in row["error"]
+    assert hanging.calls == 3
+    assert run.actions.set_index("agent_id").loc["b", "success"]
+
+
+def test_sequential_scheduling_awaits_one_agent_at_a_time(db: Path) -> None:
+    finished: list[str] = []
+    flight, peak = [0], [0]
+    agents = {f"a{i}": SlowPoster(0.01 * (3 - i), finished, flight, peak) for i in range(3)}
+    run_engine(db, agents, steps=1, scheduling="sequential")
+    assert peak[0] == 1 and finished == ["a0", "a1", "a2"]

@@ -1,0 +1,188 @@
+"""Getting every agent's decision for a step: sync or async, concurrent, bounded, fail-soft.
+
+Policies with ``adecide`` are awaited concurrently within a step (at most ``max_concurrency``
+at once), each with a timeout and retries; the results come back in the order they were asked
+for, so the trace never depends on which call finished first. LLM call records made during a
+decision are collected per agent (a context variable, so concurrent decisions never mix).
+
+Async work runs on one process-wide event loop in a background thread. That works the same in
+a script and inside Jupyter (whose own loop is already running), and keeps HTTP clients that
+cache themselves per loop (litellm's) on a loop that lives as long as the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from vivarium.errors import VivariumError
+from vivarium.gateways.base import CallRecord, collect_calls
+from vivarium.types import ActionRequest
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Decision:
+    """A policy's answer, or the reason there is none, and the LLM calls it made."""
+
+    request: ActionRequest | None
+    error: str | None = None
+    calls: list[CallRecord] = field(default_factory=list)
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="vivarium-async", daemon=True
+        )
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+
+_loop_thread: _LoopThread | None = None
+_loop_lock = threading.Lock()
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion on Vivarium's background event loop."""
+    global _loop_thread
+    with _loop_lock:
+        if _loop_thread is None or not _loop_thread.thread.is_alive():
+            _loop_thread = _LoopThread()
+    return _loop_thread.run(coro)
+
+
+class RunAborted(VivariumError):
+    """A decision failed in a way that must stop the run (e.g. a replay with no recorded reply)."""
+
+
+def _fatal(exc: BaseException, agent_id: str, t: int) -> RunAborted | None:
+    if getattr(exc, "fatal", False):
+        return RunAborted(f"{agent_id} at step {t}: {exc}")
+    return None
+
+
+def _check(request: Any) -> ActionRequest | str:
+    if isinstance(request, ActionRequest):
+        return request
+    return f"policy returned {type(request).__name__}, not ActionRequest"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Decider:
+    """Asks policies for decisions, with concurrency, timeouts and retries."""
+
+    def __init__(
+        self,
+        run_id: str,
+        agent_ids: Sequence[str],
+        policies: Sequence[Any],
+        *,
+        max_concurrency: int = 16,
+        timeout_s: float | None = None,
+        retries: int = 0,
+    ) -> None:
+        self.run_id = run_id
+        self.agent_ids = list(agent_ids)
+        self.policies = list(policies)
+        self.is_async = [callable(getattr(p, "adecide", None)) for p in self.policies]
+        self.any_async = any(self.is_async)
+        self.max_concurrency = max(1, max_concurrency)
+        self.timeout_s = timeout_s
+        self.retries = max(0, retries)
+
+    # -- one agent ----------------------------------------------------------------------------
+    def _sync_once(self, idx: int, t: int, observation: dict[str, Any]) -> ActionRequest | str:
+        request = self.policies[idx].decide(
+            run_id=self.run_id, time_step=t, agent_id=self.agent_ids[idx], observation=observation
+        )
+        return _check(request)
+
+    def decide_sync(self, idx: int, t: int, observation: dict[str, Any]) -> Decision:
+        """A sync policy's decision (exceptions are retried, then recorded)."""
+        if self.is_async[idx]:
+            return run_async(self._decide_async(idx, t, observation, asyncio.Semaphore(1)))
+        errors: list[str] = []
+        with collect_calls() as calls:
+            for _attempt in range(self.retries + 1):
+                try:
+                    outcome = self._sync_once(idx, t, observation)
+                except Exception as exc:  # fail soft, record loud
+                    if (abort := _fatal(exc, self.agent_ids[idx], t)) is not None:
+                        raise abort from None
+                    errors.append(_describe(exc))
+                    continue
+                if isinstance(outcome, str):
+                    return Decision(None, outcome, list(calls))
+                return Decision(outcome, None, list(calls))
+        return Decision(None, _failure_reason(errors), list(calls))
+
+    async def _decide_async(
+        self, idx: int, t: int, observation: dict[str, Any], gate: asyncio.Semaphore
+    ) -> Decision:
+        errors: list[str] = []
+        policy = self.policies[idx]
+        async with gate:
+            with collect_calls() as calls:
+                for _attempt in range(self.retries + 1):
+                    call = policy.adecide(
+                        run_id=self.run_id,
+                        time_step=t,
+                        agent_id=self.agent_ids[idx],
+                        observation=observation,
+                    )
+                    try:
+                        if self.timeout_s is None:
+                            request = await call
+                        else:
+                            request = await asyncio.wait_for(call, self.timeout_s)
+                    except TimeoutError:
+                        errors.append(f"timeout after {self.timeout_s:g} s")
+                        continue
+                    except Exception as exc:
+                        if (abort := _fatal(exc, self.agent_ids[idx], t)) is not None:
+                            raise abort from None
+                        errors.append(_describe(exc))
+                        continue
+
+                    outcome = _check(request)
+                    if isinstance(outcome, str):
+                        return Decision(None, outcome, list(calls))
+                    return Decision(outcome, None, list(calls))
+        return Decision(None, _failure_reason(errors), list(calls))
+
+    # -- many agents --------------------------------------------------------------------------
+    def decide_many(self, t: int, items: Sequence[tuple[int, dict[str, Any]]]) -> list[Decision]:
+        """Decisions for (agent index, observation) pairs, returned in the order given."""
+        if not self.any_async:
+            return [self.decide_sync(idx, t, obs) for idx, obs in items]
+        return run_async(self._gather(t, items))
+
+    async def _gather(self, t: int, items: Sequence[tuple[int, dict[str, Any]]]) -> list[Decision]:
+        gate = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(idx: int, obs: dict[str, Any]) -> Decision:
+            if self.is_async[idx]:
+                return await self._decide_async(idx, t, obs, gate)
+            return self.decide_sync(idx, t, obs)
+
+        return list(await asyncio.gather(*(one(idx, obs) for idx, obs in items)))
+
+
+def _failure_reason(errors: list[str]) -> str:
+    attempts = len(errors)
+    last = errors[-1] if errors else "no decision"
+    prefix = "policy error" if "timeout" not in last else "no decision"
+    suffix = f" ({attempts} attempts)" if attempts > 1 else ""
+    return f"{prefix}: {last}{suffix}"

@@ -1,0 +1,412 @@
+"""Real providers through LiteLLM, with our own retry loop so that every attempt is recorded.
+
+LiteLLM (and the OpenAI client under it) would retry silently; here both are told not to, and
+this gateway retries rate limits, server errors, timeouts and broken connections itself, with a
+deterministic backoff, writing one call record per attempt. ``litellm`` is imported on the first
+call, never by ``import vivarium.gateways``.
+
+The API key is held in a ``_Secret`` and scrubbed from every error text, record, exception and
+raw reply, so it never reaches a trace, a cassette or a log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from vivarium.gateways.base import (
+    CallRecord,
+    GatewayBase,
+    LLMCallError,
+    LLMRequest,
+    LLMResponse,
+    ToolCall,
+    Usage,
+    attempt_number,
+    current_attempt,
+    record_call,
+)
+from vivarium.gateways.retry import SleepFn, asleep_with, backoff_delay
+
+LOCAL_API_KEY = "sk-local"
+_MAX_ERROR_CHARS = 300
+_litellm: Any = None
+_import_lock = threading.Lock()
+
+
+def _import_litellm() -> Any:
+    """Import litellm once, quietly: local cost map (no network), no telemetry, no banners."""
+    global _litellm
+    if _litellm is not None:
+        return _litellm
+    with _import_lock:
+        if _litellm is None:
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            try:
+                import litellm
+            except ImportError:
+                raise LLMCallError(
+                    "LiteLLMGateway needs litellm: pip install 'vivarium-lab[llm]'", kind="config"
+                ) from None
+            litellm.telemetry = False
+            litellm.suppress_debug_info = True
+            litellm.set_verbose = False
+            for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
+                logging.getLogger(name).setLevel(logging.ERROR)
+            _litellm = litellm
+    return _litellm
+
+
+class _Secret:
+    """A string that never shows itself in a repr, a str or a pickle-free debug dump."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None) -> None:
+        self._value = value
+
+    def get(self) -> str | None:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "***" if self._value else "None"
+
+    __str__ = __repr__
+
+
+def _env_secrets() -> list[str]:
+    """Values of API-key-like environment variables (providers' keys litellm may send)."""
+    found = []
+    for name, value in os.environ.items():
+        upper = name.upper()
+        if value and len(value) >= 8 and ("API_KEY" in upper or upper.endswith("_TOKEN")):
+            found.append(value)
+    return found
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """Replace every occurrence of each secret with ``***`` (longest first)."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _one_line(text: str, limit: int = _MAX_ERROR_CHARS) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- errors ------------------------------------------------------------------------------------
+_NO_RETRY_STATUS = {400, 401, 402, 403, 404, 405, 409, 413, 422}
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from ``Retry-After`` / ``retry-after-ms`` if the provider sent them."""
+    candidates: list[Any] = [getattr(exc, "litellm_response_headers", None)]
+    response = getattr(exc, "response", None)
+    candidates.append(getattr(response, "headers", None))
+    candidates.append(getattr(exc, "headers", None))
+    context = exc.__context__
+    candidates.append(getattr(getattr(context, "response", None), "headers", None))
+    for headers in candidates:
+        if not headers:
+            continue
+        try:
+            ms = headers.get("retry-after-ms")
+            if ms is not None:
+                return float(ms) / 1000
+            seconds = headers.get("retry-after")
+            if seconds is not None:
+                return float(seconds)
+        except (TypeError, ValueError, AttributeError):
+            continue
+    value = getattr(exc, "retry_after", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def classify(exc: BaseException) -> tuple[str, bool, int | None, str]:
+    """(kind, retryable, status code, short description) for an exception from a call."""
+    name = type(exc).__name__
+    message = str(exc)
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    for prefix in (f"litellm.{name}: ", f"{name}: ", "OpenAIException - "):
+        message = message.replace(prefix, "", 1) if message.startswith(prefix) else message
+    message = message.replace("OpenAIException - ", "")
+    if name == "Timeout" or "Timeout" in name or isinstance(exc, TimeoutError):
+        return "timeout", True, status, f"{name}: {message}"
+    if name == "RateLimitError" or status == 429:
+        return "rate_limit", True, 429, f"{name}: {message}"
+    if "Expecting value" in message or "JSONDecodeError" in message:
+        # a 200 reply whose body is not JSON: litellm reports it as a server error
+        cut = message.split(", Received response")[0]
+        return "bad_response", True, status, f"{name} (reply is not JSON): {cut}"
+    if "Connection error" in message or name == "APIConnectionError":
+        return "connection", True, status, f"{name} (connection broken): {message}"
+    if isinstance(exc, ConnectionError | OSError) or "httpx" in type(exc).__module__:
+        return "connection", True, status, f"{name}: {message}"
+    if name in ("AuthenticationError", "PermissionDeniedError") or status in (401, 403):
+        return "auth", False, status, f"{name}: {message}"
+    if name == "NotFoundError" or status == 404:
+        return "not_found", False, status, f"{name}: {message}"
+    if name in ("BadRequestError", "ContextWindowExceededError", "UnsupportedParamsError"):
+        return "bad_request", False, status, f"{name}: {message}"
+    if status in _NO_RETRY_STATUS:
+        return "bad_request", False, status, f"{name}: {message}"
+    if name in ("InternalServerError", "ServiceUnavailableError", "BadGatewayError", "APIError"):
+        return "server_error", True, status, f"{name}: {message}"
+    if status is not None and status >= 500:
+        return "server_error", True, status, f"{name}: {message}"
+    return "error", False, status, f"{name}: {message}"
+
+
+# -- replies -----------------------------------------------------------------------------------
+def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """Tool-call arguments as a dict, and why not when they cannot be (never raises).
+
+    ``strict=False`` accepts raw newlines inside JSON strings, which small models emit.
+    """
+    if isinstance(raw, dict):
+        return raw, None
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    try:
+        value = json.loads(raw, strict=False)
+    except (TypeError, ValueError) as exc:
+        return {}, _one_line(f"arguments are not valid JSON: {exc}", 200)
+    if not isinstance(value, dict):
+        return {}, f"arguments are JSON {type(value).__name__}, not an object"
+    return value, None
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+class LiteLLMGateway(GatewayBase):
+    """Any provider LiteLLM supports, e.g. ``openai/<name>`` on a local OpenAI-compatible server.
+
+    ``num_retries`` retries after the first attempt: rate limits (honouring ``Retry-After``),
+    5xx, timeouts, broken connections and replies that are not JSON. 4xx errors are not retried.
+    ``extra`` is passed to ``litellm.completion`` as is (e.g. ``{"drop_params": True}``).
+    """
+
+    def __init__(
+        self,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        num_retries: int = 2,
+        retry_backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        custom_llm_provider: str | None = None,
+        extra: dict[str, Any] | None = None,
+        max_retry_after: float = 60.0,
+        sleep: SleepFn | None = None,
+    ) -> None:
+        if num_retries < 0:
+            raise ValueError("num_retries must be >= 0")
+        if api_key is None and api_base is not None:
+            api_key = LOCAL_API_KEY  # OpenAI-compatible local servers want some non-empty key
+        self.api_base = api_base
+        self._api_key = _Secret(api_key)
+        self.timeout = timeout
+        self.num_retries = num_retries
+        self.retry_backoff = retry_backoff
+        self.max_backoff = max_backoff
+        self.max_retry_after = max_retry_after
+        self.custom_llm_provider = custom_llm_provider
+        self.extra = dict(extra or {})
+        self.sleep = sleep  # injectable for tests: waits between attempts
+
+    def __repr__(self) -> str:
+        return (
+            f"LiteLLMGateway(api_base={self.api_base!r}, api_key={self._api_key!r}, "
+            f"timeout={self.timeout}, num_retries={self.num_retries})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickling (e.g. to worker processes) keeps the key; __repr__ and errors never show it.
+        state = dict(self.__dict__)
+        state["_api_key"] = self._api_key.get()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state["_api_key"] = _Secret(state.get("_api_key"))
+        self.__dict__.update(state)
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _secrets(self) -> list[str]:
+        key = self._api_key.get()
+        return ([key] if key else []) + _env_secrets()
+
+    def _kwargs(self, request: LLMRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(self.extra)
+        kwargs.update(model=request.model, messages=request.messages)
+        for name in ("tools", "tool_choice", "temperature", "max_tokens", "seed"):
+            value = getattr(request, name)
+            if value is not None:
+                kwargs[name] = value
+        if self.api_base is not None:
+            kwargs["api_base"] = self.api_base
+        if self._api_key.get() is not None:
+            kwargs["api_key"] = self._api_key.get()
+        if self.custom_llm_provider is not None:
+            kwargs["custom_llm_provider"] = self.custom_llm_provider
+        kwargs.update(timeout=self.timeout, num_retries=0, max_retries=0)
+        return kwargs
+
+    def _attempt_base(self) -> int:
+        """Attempt numbers stay unique when an outer retry layer wraps this one."""
+        return (current_attempt() - 1) * (self.num_retries + 1)
+
+    def _normalize(self, reply: Any, request: LLMRequest, latency_ms: float) -> LLMResponse:
+        litellm = _litellm
+        choices = _get(reply, "choices") or []
+        choice = choices[0] if choices else None
+        message = _get(choice, "message")
+        tool_calls = []
+        for call in _get(message, "tool_calls") or []:
+            function = _get(call, "function")
+            raw = _get(function, "arguments")
+            arguments, error = parse_arguments(raw)
+            tool_calls.append(
+                ToolCall(
+                    id=_get(call, "id"),
+                    name=str(_get(function, "name") or ""),
+                    arguments=arguments,
+                    raw_arguments=None if error is None else str(raw),
+                    parse_error=error,
+                )
+            )
+        usage = _get(reply, "usage")
+        prompt = _int(_get(usage, "prompt_tokens"))
+        completion = _int(_get(usage, "completion_tokens"))
+        total = _int(_get(usage, "total_tokens")) or prompt + completion
+        cost: float | None
+        try:
+            cost = float(litellm.completion_cost(completion_response=reply))
+        except Exception:  # unknown model or provider: cost is unknown, not zero
+            cost = None
+        content = _get(message, "content")
+        finish = _get(choice, "finish_reason")
+        return LLMResponse(
+            content=content if isinstance(content, str) else None,
+            tool_calls=tool_calls,
+            finish_reason=None if finish is None else str(finish),
+            usage=Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total),
+            cost=cost,
+            latency_ms=round(latency_ms, 3),
+            model=request.model,
+            request_hash=request.request_hash(),
+            raw=self._raw(reply),
+        )
+
+    def _raw(self, reply: Any) -> dict[str, Any] | None:
+        try:
+            data = reply.model_dump() if hasattr(reply, "model_dump") else dict(reply)
+            text = json.dumps(data, default=str)
+        except Exception:
+            return None
+        return json.loads(scrub(text, self._secrets()))
+
+    def _failure(
+        self, exc: BaseException, request: LLMRequest, attempt: int, latency_ms: float
+    ) -> LLMCallError:
+        kind, retryable, status, description = classify(exc)
+        text = _one_line(scrub(description, self._secrets()))
+        record_call(
+            CallRecord(
+                attempt=attempt,
+                model=request.model,
+                request_hash=request.request_hash(),
+                latency_ms=round(latency_ms, 3),
+                error=text,
+            )
+        )
+        retry_after = _retry_after(exc) if kind == "rate_limit" else None
+        return LLMCallError(
+            text, kind=kind, retryable=retryable, status_code=status, retry_after=retry_after
+        )
+
+    def _give_up(self, error: LLMCallError, request: LLMRequest, attempts: int) -> LLMCallError:
+        tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        message = _one_line(f"{request.model}: {error} (after {tries})", 2 * _MAX_ERROR_CHARS)
+        return LLMCallError(
+            message,
+            kind=error.kind,
+            retryable=error.retryable,
+            status_code=error.status_code,
+            retry_after=error.retry_after,
+        )
+
+    def _delay(self, request: LLMRequest, attempt: int, error: LLMCallError) -> float:
+        return backoff_delay(
+            attempt,
+            backoff=self.retry_backoff,
+            max_backoff=self.max_backoff,
+            key=request.request_hash(),
+            retry_after=error.retry_after,
+            max_retry_after=self.max_retry_after,
+        )
+
+    # -- calls -------------------------------------------------------------------------------
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        litellm = _import_litellm()
+        base = self._attempt_base()
+        attempts = self.num_retries + 1
+        kwargs = self._kwargs(request)
+        for k in range(1, attempts + 1):
+            with attempt_number(base + k):
+                started = time.perf_counter()
+                try:
+                    reply = litellm.completion(**kwargs)
+                except Exception as exc:  # every provider error is classified, none escapes raw
+                    error = self._failure(exc, request, base + k, _ms_since(started))
+                else:
+                    response = self._normalize(reply, request, _ms_since(started))
+                    record_call(CallRecord.from_response(response, base + k))
+                    return response
+            if not error.retryable or k == attempts:
+                raise self._give_up(error, request, k) from None
+            (self.sleep or time.sleep)(self._delay(request, k, error))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        litellm = _import_litellm()
+        base = self._attempt_base()
+        attempts = self.num_retries + 1
+        kwargs = self._kwargs(request)
+        for k in range(1, attempts + 1):
+            with attempt_number(base + k):
+                started = time.perf_counter()
+                try:
+                    reply = await litellm.acompletion(**kwargs)
+                except Exception as exc:
+                    error = self._failure(exc, request, base + k, _ms_since(started))
+                else:
+                    response = self._normalize(reply, request, _ms_since(started))
+                    record_call(CallRecord.from_response(response, base + k))
+                    return response
+            if not error.retryable or k == attempts:
+                raise self._give_up(error, request, k) from None
+            await asleep_with(self.sleep, self._delay(request, k, error))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000

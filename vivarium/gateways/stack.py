@@ -1,0 +1,46 @@
+"""Assemble a run's gateway from its LLMConfig: cache -> rate limit -> retry -> provider.
+
+One stack is shared by every agent of a run, so the rate limiter and the cassette see all of
+their calls. In ``replay`` mode no provider is built at all: nothing can reach the network.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vivarium.config import LLMConfig
+
+
+def build_provider(llm: LLMConfig, seed: int) -> Any:
+    if llm.uses_mock:
+        from vivarium.gateways.mock import MockLLMGateway
+
+        return MockLLMGateway(seed=seed, latency_ms=llm.mock_latency_ms, model=llm.model)
+    from vivarium.gateways.litellm_gateway import LiteLLMGateway
+
+    return LiteLLMGateway(
+        api_base=llm.api_base,
+        api_key=llm.api_key.get_secret_value() if llm.api_key else None,
+        timeout=llm.timeout,
+        num_retries=llm.num_retries,
+    )
+
+
+def build_gateway(llm: LLMConfig, seed: int) -> Any:
+    """The full stack for one run."""
+    gateway: Any = None
+    if not (llm.cache and llm.cache_mode == "replay"):
+        gateway = build_provider(llm, seed)
+        if llm.rate_limit_rpm or llm.rate_limit_tpm:
+            from vivarium.gateways.ratelimit import RateLimitedGateway, RateLimiter
+
+            limiter = RateLimiter(
+                requests_per_minute=llm.rate_limit_rpm, tokens_per_minute=llm.rate_limit_tpm
+            )
+            gateway = RateLimitedGateway(gateway, limiter)
+    if llm.cache:
+        from vivarium.gateways.cache import CachingGateway, Cassette
+
+        gateway = CachingGateway(gateway, Cassette(llm.cache), mode=llm.cache_mode)
+    return gateway

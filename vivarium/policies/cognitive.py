@@ -1,0 +1,349 @@
+"""LLM-driven policies: observation -> chat messages -> one model call -> one action.
+
+``SimpleCognitivePolicy`` runs the three stages as plain calls; ``CognitiveAgentPolicy`` runs the
+same stages as a LangGraph ``StateGraph`` (a starting point for richer workflows). Both give the
+same ``ActionRequest`` for the same reply, and both fail soft: a gateway error or an unusable
+reply becomes a ``noop`` whose metadata says why, so a flaky model never ends a run.
+
+``ActionRequest.metadata`` carries ``parse_path`` (``tool_call``, ``json_text``, ``fallback``),
+``model``, ``finish_reason``, and when they apply ``fallback_reason`` and ``tool_call_error``.
+Nothing timing-dependent is recorded here, so traces stay byte-identical on replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vivarium.gateways.base import LLMResponse
+from vivarium.policies.parsing import FALLBACK_ACTION, MAX_REASON_CHARS, parse_action, truncate
+from vivarium.policies.prompting import (
+    arg_models_for,
+    available_tools,
+    build_messages,
+    default_registry,
+    tool_specs_for,
+)
+from vivarium.seeding import derive_seed
+from vivarium.types import ActionRequest
+from vivarium.worlds.registry import ActionRegistry
+
+PROVIDER_SEED_MASK = 0x7FFFFFFF  # providers take 32-bit (llama.cpp) or signed 64-bit seeds
+
+
+class CognitivePolicyConfig(BaseModel):
+    """How an LLM agent asks its model. Loads from YAML/JSON like every other config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1)
+    temperature: float = Field(0.0, ge=0.0)
+    max_tokens: int = Field(128, ge=1)
+    system_prompt: str | None = None
+    # True: force post_message if offered, else the first tool; a name: force that tool. Small
+    # local models rarely call tools under tool_choice="auto", so forcing is what makes them act.
+    force_tool: bool | str = False
+    seed: int | None = None
+    tools: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Everything one decision needs before the model call."""
+
+    request: dict[str, Any]
+    allowed: tuple[str, ...]
+    arg_models: dict[str, type[BaseModel]]
+
+
+def _as_config(
+    config: CognitivePolicyConfig | Mapping[str, Any] | None, overrides: Mapping[str, Any]
+) -> CognitivePolicyConfig:
+    if isinstance(config, CognitivePolicyConfig):
+        base = config.model_dump(exclude_unset=True)
+    else:
+        base = dict(config or {})
+    return CognitivePolicyConfig.model_validate({**base, **overrides})
+
+
+def _error_reason(exc: BaseException) -> str:
+    return truncate(f"llm error: {type(exc).__name__}: {exc}", MAX_REASON_CHARS)
+
+
+class _CognitiveCore:
+    """The three stages, shared by both policies so they cannot drift apart."""
+
+    name = "cognitive"
+
+    def __init__(
+        self,
+        gateway: Any,
+        config: CognitivePolicyConfig | Mapping[str, Any] | None = None,
+        registry: ActionRegistry | None = None,
+        *,
+        master_seed: int | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.gateway = gateway
+        self.config = _as_config(config, overrides)
+        self.registry = registry or default_registry()
+        self.master_seed = master_seed
+
+    # -- stage 1: messages and request ----------------------------------------------------------
+    def request_seed(self, agent_id: str) -> int | None:
+        """``config.seed``, else one derived from the master seed and the agent id, else None."""
+        if self.config.seed is not None:
+            return self.config.seed
+        if self.master_seed is None:
+            return None
+        return derive_seed(self.master_seed, agent_id) & PROVIDER_SEED_MASK
+
+    def tool_choice(self, tools: list[str]) -> str | dict[str, Any] | None:
+        if not tools:
+            return None
+        force = self.config.force_tool
+        name: str | None = None
+        if isinstance(force, str):
+            name = force if force in tools else None
+        elif force:
+            name = "post_message" if "post_message" in tools else tools[0]
+        if name is None:
+            return "auto"
+        return {"type": "function", "function": {"name": name}}
+
+    def plan(self, agent_id: str, observation: Mapping[str, Any]) -> _Plan:
+        names = available_tools(observation, self.config.tools)
+        described = [n for n in names if n in self.registry]
+        specs = tool_specs_for(observation, self.registry, self.config.tools)
+        messages = build_messages(
+            observation,
+            agent_id=agent_id,
+            system_prompt=self.config.system_prompt,
+            registry=self.registry,
+            tools=names,
+        )
+        request = {
+            "model": self.config.model,
+            "messages": messages,
+            "tools": specs or None,
+            "tool_choice": self.tool_choice(described),
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+            "seed": self.request_seed(agent_id),
+        }
+        return _Plan(request, tuple(names), arg_models_for(names, self.registry))
+
+    # -- stage 2: the model call (errors are returned, not raised) ------------------------------
+    def call(self, request: dict[str, Any]) -> tuple[LLMResponse | None, str | None]:
+        try:
+            return _checked(self.gateway.chat(**request)), None
+        except Exception as exc:
+            if getattr(exc, "fatal", False):
+                raise
+            return None, _error_reason(exc)
+
+    async def acall(self, request: dict[str, Any]) -> tuple[LLMResponse | None, str | None]:
+        try:
+            achat = getattr(self.gateway, "achat", None)
+            if achat is None:  # a sync-only gateway still works, off the event loop
+                reply = await asyncio.to_thread(self.gateway.chat, **request)
+            else:
+                reply = await achat(**request)
+            return _checked(reply), None
+        except Exception as exc:
+            if getattr(exc, "fatal", False):
+                raise
+            return None, _error_reason(exc)
+
+    # -- stage 3: the action --------------------------------------------------------------------
+    def to_action(
+        self,
+        *,
+        run_id: str,
+        time_step: int,
+        agent_id: str,
+        plan: _Plan,
+        response: LLMResponse | None,
+        error: str | None,
+    ) -> ActionRequest:
+        if response is None:
+            return ActionRequest(
+                run_id=run_id,
+                time_step=time_step,
+                agent_id=agent_id,
+                action_name=FALLBACK_ACTION,
+                metadata={
+                    "parse_path": "fallback",
+                    "fallback_reason": error or "llm error: no response",
+                    "model": self.config.model,
+                    "finish_reason": None,
+                },
+            )
+        parsed = parse_action(response, plan.allowed, plan.arg_models)
+        return ActionRequest(
+            run_id=run_id,
+            time_step=time_step,
+            agent_id=agent_id,
+            action_name=parsed.action_name,
+            arguments=parsed.arguments,
+            reasoning=parsed.reasoning,
+            metadata={
+                **parsed.metadata,
+                "model": self.config.model,
+                "finish_reason": response.finish_reason,
+            },
+        )
+
+
+def _checked(reply: Any) -> LLMResponse:
+    """Gateways return ``LLMResponse``; a dict from a hand-written one is accepted too."""
+    return reply if isinstance(reply, LLMResponse) else LLMResponse.model_validate(reply)
+
+
+class SimpleCognitivePolicy(_CognitiveCore):
+    """build messages -> call the model -> parse the action, as plain function calls."""
+
+    def decide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        plan = self.plan(agent_id, observation)
+        response, error = self.call(plan.request)
+        return self.to_action(
+            run_id=run_id,
+            time_step=time_step,
+            agent_id=agent_id,
+            plan=plan,
+            response=response,
+            error=error,
+        )
+
+    async def adecide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        plan = self.plan(agent_id, observation)
+        response, error = await self.acall(plan.request)
+        return self.to_action(
+            run_id=run_id,
+            time_step=time_step,
+            agent_id=agent_id,
+            plan=plan,
+            response=response,
+            error=error,
+        )
+
+
+class CognitiveState(TypedDict, total=False):
+    """The LangGraph state of one decision. Built fresh per decision: nothing carries over."""
+
+    run_id: str
+    time_step: int
+    agent_id: str
+    observation: dict[str, Any]
+    plan: _Plan
+    messages: list[dict[str, Any]]
+    response: LLMResponse | None
+    error: str | None
+    action: ActionRequest
+
+
+class CognitiveAgentPolicy(_CognitiveCore):
+    """The same pipeline as a LangGraph ``StateGraph``: build_messages -> call_model ->
+    parse_action, compiled once per policy. ``decide`` invokes it, ``adecide`` awaits it (the
+    call_model node then uses ``gateway.achat``)."""
+
+    def __init__(
+        self,
+        gateway: Any,
+        config: CognitivePolicyConfig | Mapping[str, Any] | None = None,
+        registry: ActionRegistry | None = None,
+        *,
+        master_seed: int | None = None,
+        **overrides: Any,
+    ) -> None:
+        super().__init__(gateway, config, registry, master_seed=master_seed, **overrides)
+        self.graph = self._compile()
+
+    def _compile(self) -> Any:
+        from langchain_core.runnables import RunnableLambda  # langgraph depends on it
+        from langgraph.graph import END, START, StateGraph
+
+        builder = StateGraph(CognitiveState)
+        builder.add_node("build_messages", self._build_node)
+        builder.add_node("call_model", RunnableLambda(self._call_node, afunc=self._acall_node))
+        builder.add_node("parse_action", self._parse_node)
+        builder.add_edge(START, "build_messages")
+        builder.add_edge("build_messages", "call_model")
+        builder.add_edge("call_model", "parse_action")
+        builder.add_edge("parse_action", END)
+        return builder.compile()
+
+    def _build_node(self, state: CognitiveState) -> dict[str, Any]:
+        plan = self.plan(state["agent_id"], state["observation"])
+        return {"plan": plan, "messages": plan.request["messages"]}
+
+    def _call_node(self, state: CognitiveState) -> dict[str, Any]:
+        response, error = self.call(state["plan"].request)
+        return {"response": response, "error": error}
+
+    async def _acall_node(self, state: CognitiveState) -> dict[str, Any]:
+        response, error = await self.acall(state["plan"].request)
+        return {"response": response, "error": error}
+
+    def _parse_node(self, state: CognitiveState) -> dict[str, Any]:
+        action = self.to_action(
+            run_id=state["run_id"],
+            time_step=state["time_step"],
+            agent_id=state["agent_id"],
+            plan=state["plan"],
+            response=state.get("response"),
+            error=state.get("error"),
+        )
+        return {"action": action}
+
+    @staticmethod
+    def _initial(
+        run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> CognitiveState:
+        return {
+            "run_id": run_id,
+            "time_step": time_step,
+            "agent_id": agent_id,
+            "observation": observation,
+        }
+
+    def decide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        final = self.graph.invoke(self._initial(run_id, time_step, agent_id, observation))
+        return final["action"]
+
+    async def adecide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        final = await self.graph.ainvoke(self._initial(run_id, time_step, agent_id, observation))
+        return final["action"]
+
+
+def langgraph_available() -> bool:
+    try:
+        import langgraph.graph  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def default_cognitive_policy(
+    gateway: Any,
+    model: str,
+    *,
+    registry: ActionRegistry | None = None,
+    master_seed: int | None = None,
+    **config: Any,
+) -> SimpleCognitivePolicy | CognitiveAgentPolicy:
+    """The LangGraph policy when langgraph is installed, else the plain one (same actions)."""
+    cls = CognitiveAgentPolicy if langgraph_available() else SimpleCognitivePolicy
+    return cls(gateway, {"model": model, **config}, registry, master_seed=master_seed)

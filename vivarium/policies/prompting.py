@@ -1,0 +1,119 @@
+"""Chat messages from an observation: the text an LLM agent sees, and the tools it may call.
+
+The text is a pure function of the observation and the settings (no clock, no randomness), so the
+same step gives the same request, and a record/replay cache hits on a rerun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from vivarium.worlds.registry import ActionRegistry
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are {agent_id}, one of several agents in a shared message channel. "
+    "Each step you see the recent messages and act by calling exactly one of the available "
+    "tools. Keep your messages short."
+)
+JSON_HINT = (
+    "If you cannot call tools, reply with only a JSON object: "
+    '{"action": "<tool name>", "arguments": {...}}.'
+)
+
+
+def default_registry() -> ActionRegistry:
+    """The channel world's actions: what a policy describes when it is given no registry."""
+    from vivarium.worlds.channel import CHANNEL_ACTIONS
+
+    return CHANNEL_ACTIONS
+
+
+def system_prompt_for(agent_id: str, template: str | None = None) -> str:
+    """The system prompt with ``{agent_id}`` filled in (replace, not format: other braces stay)."""
+    return (template or DEFAULT_SYSTEM_PROMPT).replace("{agent_id}", agent_id)
+
+
+def available_tools(
+    observation: Mapping[str, Any], allowed: Iterable[str] | None = None
+) -> list[str]:
+    """The observation's tool names, in its order, limited to ``allowed`` when given."""
+    names = [str(n) for n in observation.get("tools") or ()]
+    if allowed is None:
+        return names
+    keep = set(allowed)
+    return [n for n in names if n in keep]
+
+
+def tool_specs_for(
+    observation: Mapping[str, Any],
+    registry: ActionRegistry | None = None,
+    allowed: Iterable[str] | None = None,
+) -> list[dict[str, Any]]:
+    """OpenAI tool specs for the tools the observation offers (those the registry describes)."""
+    registry = registry or default_registry()
+    return registry.tool_specs([n for n in available_tools(observation, allowed) if n in registry])
+
+
+def arg_models_for(
+    names: Iterable[str], registry: ActionRegistry | None = None
+) -> dict[str, type[BaseModel]]:
+    """Argument models by action name, for the names the registry knows."""
+    registry = registry or default_registry()
+    return {n: spec.arguments for n in names if (spec := registry.get(n)) is not None}
+
+
+def format_message(message: Mapping[str, Any] | Any) -> str:
+    """One channel message as a line: ``[t=3] agent_001: hello``."""
+    get = message.get if isinstance(message, Mapping) else lambda k: getattr(message, k, None)
+    return f"[t={get('time_step')}] {get('author_id')}: {get('content')}"
+
+
+def describe_tool(name: str, registry: ActionRegistry) -> str:
+    """``- post_message(content): Post a message...``; optional arguments end in ``?``."""
+    spec = registry.get(name)
+    if spec is None:
+        return f"- {name}"
+    schema = spec.arguments.model_json_schema()
+    required = set(schema.get("required", ()))
+    params = ", ".join(p if p in required else f"{p}?" for p in schema.get("properties", {}))
+    return f"- {name}({params}): {spec.description}"
+
+
+def user_prompt(
+    observation: Mapping[str, Any],
+    tools: Sequence[str],
+    registry: ActionRegistry | None = None,
+    *,
+    json_hint: bool = True,
+) -> str:
+    """Step, recent messages (oldest first) and tools, one item a line."""
+    registry = registry or default_registry()
+    lines = [f"Current step: {observation.get('time_step')}.", "Recent messages (oldest first):"]
+    messages = observation.get("messages") or []
+    lines += [format_message(m) for m in messages] if messages else ["(no messages yet)"]
+    lines.append("Available tools:")
+    lines += [describe_tool(n, registry) for n in tools] if tools else ["(none)"]
+    lines.append("Call exactly one tool.")
+    if json_hint and tools:
+        lines.append(JSON_HINT)
+    return "\n".join(lines)
+
+
+def build_messages(
+    observation: Mapping[str, Any],
+    *,
+    agent_id: str | None = None,
+    system_prompt: str | None = None,
+    registry: ActionRegistry | None = None,
+    tools: Sequence[str] | None = None,
+) -> list[dict[str, str]]:
+    """``[system, user]`` chat messages for one decision."""
+    agent = agent_id if agent_id is not None else str(observation.get("agent_id", ""))
+    names = list(tools) if tools is not None else available_tools(observation)
+    return [
+        {"role": "system", "content": system_prompt_for(agent, system_prompt)},
+        {"role": "user", "content": user_prompt(observation, names, registry)},
+    ]
