@@ -231,6 +231,9 @@ def default_reply(
 def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
+        # client's delayed ACK add ~40 ms to every reply.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
             pass
@@ -325,3 +328,23 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return predicate()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve from its own process (benchmarks: the server must not share the client's GIL).
+
+    Prints the base URL on one line, then serves until SIGTERM or SIGINT.
+    """
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="the project's fake OpenAI-compatible server")
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    with FakeOpenAIServer(latency_ms=args.latency_ms) as server:
+        print(server.base_url, flush=True)
+        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+
+
+if __name__ == "__main__":
+    main()

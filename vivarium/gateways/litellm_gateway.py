@@ -223,6 +223,8 @@ class LiteLLMGateway(GatewayBase):
             api_key = LOCAL_API_KEY  # OpenAI-compatible local servers want some non-empty key
         self.api_base = api_base
         self._api_key = _Secret(api_key)
+        self._unpriced: set[str] = set()
+
         self.timeout = timeout
         self.num_retries = num_retries
         self.retry_backoff = retry_backoff
@@ -270,12 +272,30 @@ class LiteLLMGateway(GatewayBase):
         kwargs.update(timeout=self.timeout, num_retries=0, max_retries=0)
         return kwargs
 
+    def _price(self, reply_model: str, model: str, prompt: int, completion: int) -> float | None:
+        """Cost from litellm's price map; None (unknown, not zero) for unpriced models.
+
+        A failed look-up is remembered: litellm's price search costs about a millisecond,
+        which would otherwise be paid again on every call to a local model.
+        """
+        litellm = _litellm
+        for name in dict.fromkeys((model, reply_model)):
+            if name in self._unpriced:
+                continue
+            try:
+                prompt_cost, completion_cost = litellm.cost_per_token(
+                    model=name, prompt_tokens=prompt, completion_tokens=completion
+                )
+                return float(prompt_cost) + float(completion_cost)
+            except Exception:  # unknown model or provider
+                self._unpriced.add(name)
+        return None
+
     def _attempt_base(self) -> int:
         """Attempt numbers stay unique when an outer retry layer wraps this one."""
         return (current_attempt() - 1) * (self.num_retries + 1)
 
     def _normalize(self, reply: Any, request: LLMRequest, latency_ms: float) -> LLMResponse:
-        litellm = _litellm
         choices = _get(reply, "choices") or []
         choice = choices[0] if choices else None
         message = _get(choice, "message")
@@ -297,11 +317,15 @@ class LiteLLMGateway(GatewayBase):
         prompt = _int(_get(usage, "prompt_tokens"))
         completion = _int(_get(usage, "completion_tokens"))
         total = _int(_get(usage, "total_tokens")) or prompt + completion
-        cost: float | None
-        try:
-            cost = float(litellm.completion_cost(completion_response=reply))
-        except Exception:  # unknown model or provider: cost is unknown, not zero
-            cost = None
+        hidden = getattr(reply, "_hidden_params", None) or {}
+        if "response_cost" in hidden:  # litellm has priced the reply already
+            priced = hidden["response_cost"]
+            cost = float(priced) if isinstance(priced, int | float) and priced > 0 else None
+        else:
+            cost = self._price(
+                str(_get(reply, "model") or request.model), request.model, prompt, completion
+            )
+
         content = _get(message, "content")
         finish = _get(choice, "finish_reason")
         return LLMResponse(

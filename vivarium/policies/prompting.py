@@ -76,8 +76,9 @@ def describe_tool(name: str, registry: ActionRegistry) -> str:
     spec = registry.get(name)
     if spec is None:
         return f"- {name}"
-    schema = spec.arguments.model_json_schema()
+    schema = spec.tool_spec()["function"]["parameters"]  # cached: no schema built per call
     required = set(schema.get("required", ()))
+
     params = ", ".join(p if p in required else f"{p}?" for p in schema.get("properties", {}))
     return f"- {name}({params}): {spec.description}"
 

@@ -7,6 +7,7 @@ action or bad arguments never raise out of a run.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,14 +36,20 @@ class ActionSpec:
     arguments: type[BaseModel] = NoArguments
 
     def tool_spec(self) -> dict[str, Any]:
-        """The OpenAI-style tool description an LLM sees for this action."""
-        schema = self.arguments.model_json_schema()
-        schema.pop("title", None)
-        schema.setdefault("properties", {})
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": schema},
-        }
+        """The OpenAI-style tool description an LLM sees for this action (built once; read-only)."""
+        return _tool_spec(self.name, self.description, self.arguments)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tool_spec(name: str, description: str, arguments: type[BaseModel]) -> dict[str, Any]:
+    # Generating a JSON schema costs ~0.5 ms: far too much to repeat for every LLM decision.
+    schema = arguments.model_json_schema()
+    schema.pop("title", None)
+    schema.setdefault("properties", {})
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": schema},
+    }
 
 
 def describe_validation_error(exc: ValidationError) -> str:
