@@ -95,7 +95,7 @@ def test_run_config_yaml_and_bad_configs(tmp_path: Path) -> None:
     assert "6 steps x 4 agents -> 24 decisions" in out.stdout
 
     for text, needle in [
-        ("agents: -1\n", "agents: Input should be greater than or equal to 1"),
+        ("agents: -1\n", "agents: the number of agents must be between 1"),
         ("agentz: 4\n", "agentz: unknown field"),
         ("world: mars\n", "unknown world 'mars'"),
         ("[1, 2]\n", "expected a mapping"),

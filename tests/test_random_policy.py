@@ -100,3 +100,30 @@ def test_policy_state_round_trips() -> None:
 def test_empty_action_space_is_rejected() -> None:
     with pytest.raises(ValueError, match="at least one action"):
         RandomAgentPolicy(random.Random(1), [])
+
+
+def test_compact_checkpoint_state_restores_the_stream() -> None:
+    live = RandomAgentPolicy.from_seed(
+        stable_agent_seed(1, "agent_000"), ("noop", "emit_event", "post_message")
+    )
+    obs = {"time_step": 0}
+    for t in range(37):
+        live.decide(run_id="r", time_step=t, agent_id="a", observation={**obs, "time_step": t})
+    state = live.get_state()
+    assert set(state) == {"seed", "words"} and state["words"] > 37
+    restored = RandomAgentPolicy.from_seed(0, live.action_space)
+    restored.set_state(state)
+    assert restored.rng.getstate() == live.rng.getstate()
+
+
+def test_batch_keeps_the_word_count() -> None:
+    seeds = [stable_agent_seed(8, f"agent_{i:03d}") for i in range(5)]
+    single = [RandomAgentPolicy.from_seed(s) for s in seeds]
+    batched = [RandomAgentPolicy.from_seed(s) for s in seeds]
+    batch = RandomBatch(batched)
+    for t in range(700):
+        batch.decide()
+        for p in single:
+            p.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+    batch.sync_policies()
+    assert [p.get_state() for p in single] == [p.get_state() for p in batched]

@@ -57,6 +57,13 @@ def _add_run_flags(p: argparse.ArgumentParser, *, steps: int, agents: int) -> No
         help="record wall-clock times (the trace is then no longer byte-identical across runs)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--checkpoint-every",
+        type=_positive("--checkpoint-every"),
+        default=None,
+        metavar="K",
+        help="save world and agent state every K steps, for `vvm resume`",
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -75,6 +82,16 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             out[field] = value
     if getattr(args, "nondeterministic_timestamps", False):
         out["deterministic_timestamps"] = False
+    if getattr(args, "checkpoint_every", None):
+        out["checkpoint_every"] = args.checkpoint_every
+    duration = getattr(args, "duration", None)
+    if duration is not None:
+        if duration <= 0:
+            raise ConfigError(f"--duration must be > 0, not {duration:g}")
+        out["mode"] = "autonomous"
+        out["autonomous"] = {"duration": duration}
+        if getattr(args, "real_clock", False):
+            out["autonomous"]["clock"] = "real"
     return out
 
 
@@ -108,7 +125,11 @@ def _cmd_phase1(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from vivarium.experiment import Experiment
 
-    exp = Experiment.from_file(args.config, **_overrides(args))
+    fields = _overrides(args)
+    if args.mock_llm:
+        fields["llm"] = {"model": "mock", "mock": True}
+    exp = Experiment.from_file(args.config, **fields)
+
     start = time.perf_counter()
     run = exp.run(args.db, progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
@@ -175,6 +196,16 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from vivarium.experiment import resume_run
+
+    llm = _llm_overrides(args)
+    start = time.perf_counter()
+    run = resume_run(args.db, progress=False if args.no_progress else None, llm=llm or None)
+    _summarise(run, time.perf_counter() - start)
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from vivarium.trace.validate import validate_trace
 
@@ -231,7 +262,27 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("run", help="run an experiment config (YAML or JSON)")
     pr.add_argument("config", type=Path, help="config file")
     _add_run_flags(pr, steps=None, agents=None)  # type: ignore[arg-type]
+    pr.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="run agents autonomously for this long (virtual clock unless --real-clock)",
+    )
+    pr.add_argument("--real-clock", action="store_true", help="autonomous mode on wall-clock time")
+    pr.add_argument("--mock-llm", action="store_true", help="LLM agents answer with the mock")
+
     pr.set_defaults(func=_cmd_run)
+
+    pz = sub.add_parser("resume", help="finish an interrupted run from its last checkpoint")
+    pz.add_argument("db", type=Path, help="trace file of the interrupted run")
+    pz.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rz = pz.add_argument_group("LLM (what the trace does not record)")
+    rz.add_argument("--api-base", default=None)
+    rz.add_argument("--api-key", default=None)
+    rz.add_argument("--cache", type=Path, default=None)
+    rz.add_argument("--cache-mode", choices=["record", "replay", "auto"], default=None)
+    pz.set_defaults(func=_cmd_resume)
 
     pv = sub.add_parser(
         "validate",

@@ -65,6 +65,42 @@ class LLMConfig(BaseModel):
         return self.model_dump(exclude=set(LLM_TRANSPORT_FIELDS))
 
 
+class AutonomousConfig(BaseModel):
+    """Pacing of autonomous agents."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    duration: float = Field(default=60.0, gt=0, description="seconds of (virtual) time to run")
+    think_s: float = Field(default=1.0, gt=0, description="time one action takes an agent")
+    actions_per_minute: float | None = Field(default=30.0, gt=0)
+    llm_tokens_per_minute: float | None = Field(default=None, gt=0)
+    clock: str = Field(default="virtual", pattern="^(virtual|real)$")
+    max_events: int = Field(default=100_000, ge=1, description="safety cap on engine steps")
+
+
+class AgentGroup(BaseModel):
+    """Agents of one kind: ``{policy: random, count: 3}`` or ``{policy: workflow, agent: DIR}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str = "random"
+    count: int = Field(default=1, ge=1, le=1 << 20)
+    agent: str | None = Field(default=None, description="folder with agent.yaml (workflow agents)")
+    id: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
+    action_space: list[str] | None = Field(default=None, min_length=1)
+    starting_scrip: int | None = Field(default=None, ge=0)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        from vivarium.build import known_names
+
+        names = known_names("policy")
+        if value not in names:
+            raise ValueError(f"unknown policy '{value}' (known: {', '.join(names)})")
+        return value
+
+
 class ExperimentConfig(BaseModel):
     """Everything that defines a run. Same config and seed -> byte-identical trace."""
 
@@ -73,7 +109,18 @@ class ExperimentConfig(BaseModel):
     name: str = Field(default="experiment", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
     world: str = "channel"
     policy: str = "random"
-    agents: int = Field(default=5, ge=1, le=1 << 24)
+    agents: int | list[AgentGroup] = Field(
+        default=5, description="a number of agents of `policy`, or groups of agents"
+    )
+    world_options: dict[str, Any] = Field(
+        default_factory=dict, description="extra keyword arguments for the world"
+    )
+    checkpoint_every: int | None = Field(
+        default=None, ge=1, description="save world and agent state every K steps (resume)"
+    )
+    mode: Literal["stepped", "autonomous"] = "stepped"
+    autonomous: AutonomousConfig = Field(default_factory=AutonomousConfig)
+
     steps: int = Field(default=100, ge=0)
     seed: int = Field(default=42, ge=0, le=MAX_SEED)
     scheduling: Literal["sequential", "simultaneous"] = "sequential"
@@ -95,8 +142,23 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"unknown {info.field_name} '{value}' (known: {', '.join(names)})")
         return value
 
+    @field_validator("agents")
+    @classmethod
+    def _agent_count(cls, value: int | list[AgentGroup]) -> int | list[AgentGroup]:
+        total = value if isinstance(value, int) else sum(g.count for g in value)
+        if not isinstance(value, int) and not value:
+            raise ValueError("give at least one agent group")
+        if total < 1 or total > 1 << 24:
+            raise ValueError(f"the number of agents must be between 1 and {1 << 24}, not {total}")
+        return value
+
+    @property
+    def agent_count(self) -> int:
+        return self.agents if isinstance(self.agents, int) else sum(g.count for g in self.agents)
+
     def identity(self) -> dict[str, Any]:
         """The fields that decide the trace's content (not where it is written or read from)."""
+
         data = self.model_dump(exclude={"db", "run_id", "llm"})
         if self.llm is not None:
             data["llm"] = self.llm.identity()

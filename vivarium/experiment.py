@@ -48,7 +48,7 @@ class Experiment:
         c = self.config
         return (
             f"Experiment(name={c.name!r}, world={c.world!r}, policy={c.policy!r}, "
-            f"agents={c.agents}, steps={c.steps}, seed={c.seed})"
+            f"agents={c.agent_count}, steps={c.steps}, seed={c.seed})"
         )
 
     @property
@@ -74,15 +74,16 @@ class Experiment:
         from vivarium.types import RunMetadata
 
         c = self.config
+        shared = {} if shared is None else shared
+        world = build_world(c, shared)
         agents = build_agents(c, shared)
-        world = build_world(c)
         meta = RunMetadata(
             run_id=self.run_id,
             name=c.name,
             world=c.world,
             policy=c.policy if agents else "",
             seed=c.seed,
-            agents=c.agents,
+            agents=c.agent_count,
             steps=c.steps,
             scheduling=c.scheduling,
             vivarium_version=__version__,
@@ -104,6 +105,7 @@ class Experiment:
             world,
             trace_db,
             metadata=meta,
+            checkpoint_every=c.checkpoint_every,
         )
 
     def run(
@@ -126,11 +128,17 @@ class Experiment:
         shared: dict[str, Any] = {}
         try:
             engine = self.build(trace, shared)
+            autonomous = self.config.mode == "autonomous"
             if _progress_enabled(progress):
                 from tqdm.auto import tqdm
 
-                bar = tqdm(total=self.config.steps, desc=self.config.name, unit="step", leave=True)
-            engine.run(self.config.steps, progress=bar, on_step=on_step)
+                total = None if autonomous else self.config.steps
+                bar = tqdm(total=total, desc=self.config.name, unit="step", leave=True)
+            if autonomous:
+                engine.run_autonomous(self.config.autonomous, progress=bar)
+            else:
+                engine.run(self.config.steps, progress=bar, on_step=on_step)
+
         finally:
             if bar is not None:
                 bar.close()
@@ -139,6 +147,80 @@ class Experiment:
                 close()
             trace.close()
         return Run.open(path)
+
+
+def resume_run(
+    path: str | os.PathLike[str],
+    *,
+    progress: bool | None = None,
+    llm: dict[str, Any] | None = None,
+) -> Run:
+    """Finish an interrupted run in place, from its last checkpoint (or from the start).
+
+    Rows after the checkpoint are dropped and redone, so a deterministic run (random, mock or
+    replayed LLM agents) ends with exactly the rows an uninterrupted run would have written.
+    ``llm`` gives what the trace does not record: cassette, cache mode, API base and key.
+    """
+    from vivarium.trace.db import TraceDb
+
+    p = Path(path)
+    run = Run.open(p)
+    meta = run.metadata
+    if meta["status"] == "complete" and meta["steps_done"] >= meta["steps"]:
+        return run
+    data = {**meta["config"], "run_id": meta["run_id"], "db": str(p)}
+    if llm:
+        data["llm"] = {**(data.get("llm") or {}), **llm}
+    config = make_config(ExperimentConfig, data, where=f"{p} (recorded config)")
+    start, checkpoint = _resume_point(p, meta["steps_done"])
+    trace = TraceDb.for_resume(p)
+    shared: dict[str, Any] = {}
+    bar = None
+    try:
+        trace.truncate_after(start - 1)
+        engine = Experiment(config).build(trace, shared)
+        if checkpoint is not None:
+            step, state_hash, world_state, agent_states = checkpoint
+            engine.restore(step, state_hash, json.loads(world_state), json.loads(agent_states))
+        remaining = config.steps - start
+        if _progress_enabled(progress):
+            from tqdm.auto import tqdm
+
+            bar = tqdm(
+                total=config.steps, initial=start, desc=f"{config.name} (resumed)", unit="step"
+            )
+        engine.run(remaining, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        close = getattr(shared.get("gateway"), "close", None)
+        if callable(close):
+            close()
+        trace.close()
+    return Run.open(p)
+
+
+def _resume_point(path: Path, steps_done: int) -> tuple[int, tuple[Any, ...] | None]:
+    """The first step to redo, and the checkpoint to start from (whose hash matches its step)."""
+    import sqlite3
+
+    from vivarium.trace.db import TraceDb
+
+    con = TraceDb.connect_readonly(path)
+    try:
+        rows = con.execute(
+            "SELECT c.step, c.state_hash, c.world_state, c.agent_states FROM checkpoints c "
+            "JOIN steps s ON s.step = c.step AND s.state_hash = c.state_hash "
+            "WHERE c.step < ? ORDER BY c.step DESC LIMIT 1",
+            (steps_done,),
+        ).fetchall()
+    except sqlite3.Error as exc:
+        raise TraceError(f"cannot read checkpoints in {path}: {exc}") from None
+    finally:
+        con.close()
+    if not rows:
+        return 0, None
+    return rows[0][0] + 1, rows[0]
 
 
 class Run:
@@ -246,7 +328,12 @@ class Run:
         except Exception:
             return None
 
+    def resume(self, *, progress: bool | None = None, llm: dict[str, Any] | None = None) -> Run:
+        """Finish this run if it was interrupted (see ``resume_run``); returns the reopened run."""
+        return resume_run(self.path, progress=progress, llm=llm)
+
     def validate(self) -> Any:
+
         from vivarium.trace.validate import validate_trace
 
         return validate_trace(self.path)

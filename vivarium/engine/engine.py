@@ -11,9 +11,10 @@ Scheduling:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -91,6 +92,7 @@ class WorldEngine:
         *,
         channel: InMemoryChannel | None = None,
         metadata: RunMetadata | None = None,
+        checkpoint_every: int | None = None,
     ) -> None:
         if not agents:
             raise ConfigError("a run needs at least one agent")
@@ -117,6 +119,8 @@ class WorldEngine:
         self._json_cache: dict[tuple[str, int], Any] = {}
         self._stateful = [bool(getattr(p, "uses_agent_state", False)) for p in self.policies]
         self.agent_states: dict[int, Any] = {}
+        self._charge_tokens = getattr(self.world, "record_llm_usage", None)
+        self.checkpoint_every = checkpoint_every
         self.decider = Decider(
             config.run_id,
             self.agent_ids,
@@ -192,8 +196,23 @@ class WorldEngine:
         if request is None:
             record.add_action(idx, "noop", None, None, None, False, None, decision.error)
             return
-        if self._stateful[idx] and "agent_state" in request.metadata:
-            self.agent_states[idx] = request.metadata["agent_state"]
+        if "agent_state" in request.metadata or "transitions" in request.metadata:
+            # Agent state is the engine's to keep (and checkpoint); transitions get their own
+            # table. Neither is repeated in the action's metadata.
+            metadata = dict(request.metadata)
+            state = metadata.pop("agent_state", None)
+            if self._stateful[idx]:
+                self.agent_states[idx] = state
+            for tr in metadata.pop("transitions", None) or []:
+                record.transitions.append(
+                    (idx, tr.get("from_state"), str(tr.get("to_state")), tr.get("trigger"))
+                )
+            request = request.model_copy(update={"metadata": metadata})
+        if decision.calls and self._charge_tokens is not None:
+            tokens = sum(
+                (c.prompt_tokens or 0) + (c.completion_tokens or 0) for c in decision.calls
+            )
+            self._charge_tokens(self.agent_ids[idx], tokens)
         if request.agent_id != self.agent_ids[idx] or request.time_step != t:
             result = ActionResult.failed(
                 f"request names agent {request.agent_id!r} at step {request.time_step}, "
@@ -215,8 +234,12 @@ class WorldEngine:
             result.error,
         )
 
-    def _step_general(self, t: int, record: StepRecord) -> None:
+    def _step_general(self, t: int, record: StepRecord, agents: list[int] | None = None) -> None:
         order = self.order(t)
+        if agents is not None:
+            chosen = set(agents)
+            order = [idx for idx in order if idx in chosen]
+
         decider = self.decider
         if self.config.scheduling == "sequential":
             for idx in order:
@@ -252,27 +275,89 @@ class WorldEngine:
         )
         self._run_started = True
 
-    def step(self, t: int | None = None) -> StepRecord:
-        """Run one step (the next one by default) and commit it to the trace."""
+    def step(
+        self,
+        t: int | None = None,
+        *,
+        agents: list[int] | None = None,
+        clock: float | None = None,
+    ) -> StepRecord:
+        """Run one step (the next one by default) and commit it to the trace.
+
+        ``agents`` limits the step to some agents (autonomous runs: those whose turn it is);
+        ``clock`` is the run's clock at this step, recorded with it.
+        """
         t = self.next_step if t is None else t
         if t != self.next_step:
             raise ConfigError(f"step {t} requested, but the next step is {self.next_step}")
         self._ensure_run_recorded(t + 1)
-        record = StepRecord(step=t)
-        batch = self._batch_decider()
+        record = StepRecord(step=t, clock=clock)
+        batch = self._batch_decider() if agents is None else None
         if batch is not None:
             self._step_batch(t, batch, record)
         else:
-            self._step_general(t, record)
+            self._step_general(t, record, agents)
         take = getattr(self.world, "take_messages", None)
         if take is not None:
             record.messages = take()
         record.world_digest = self.world.state_digest()
         self.state_hash = record.state_hash = hash_record(self.state_hash, record)
+        self.next_step = t + 1
         if self.trace_db is not None:
             self.trace_db.write_step(record)
-        self.next_step = t + 1
+            if self.checkpoint_every and (t + 1) % self.checkpoint_every == 0:
+                self.write_checkpoint()
         return record
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def checkpoint_state(self) -> dict[str, Any]:
+        """World and agent state after the last committed step: enough to resume from here."""
+        if self._batch is not None:
+            self._batch.sync_policies()
+        agents: dict[str, Any] = {}
+        for idx, (agent_id, policy) in enumerate(zip(self.agent_ids, self.policies, strict=True)):
+            get_state = getattr(policy, "get_state", None)
+            agents[agent_id] = {
+                "engine": self.agent_states.get(idx),
+                "policy": get_state() if callable(get_state) else None,
+            }
+        snapshot = getattr(self.world, "snapshot", None)
+        return {
+            "world": snapshot() if callable(snapshot) else None,
+            "agents": agents,
+        }
+
+    def write_checkpoint(self) -> None:
+        assert self.trace_db is not None
+        state = self.checkpoint_state()
+        self.trace_db.write_checkpoint(
+            self.next_step - 1,
+            self.state_hash,
+            canonical_json(state["world"]),
+            canonical_json(state["agents"]),
+        )
+
+    def restore(self, step: int, state_hash: str, world_state: Any, agent_states: Any) -> None:
+        """Continue after ``step`` from a checkpoint (world, agents, hash chain)."""
+        restore = getattr(self.world, "restore", None)
+        if world_state is not None:
+            if not callable(restore):
+                raise ConfigError(f"world {type(self.world).__name__} cannot restore a checkpoint")
+            restore(world_state)
+        for idx, (agent_id, policy) in enumerate(zip(self.agent_ids, self.policies, strict=True)):
+            saved = agent_states.get(agent_id)
+            if saved is None:
+                raise ConfigError(f"checkpoint at step {step} has no state for {agent_id}")
+            if saved.get("engine") is not None:
+                self.agent_states[idx] = saved["engine"]
+            set_state = getattr(policy, "set_state", None)
+            if saved.get("policy") is not None and callable(set_state):
+                set_state(saved["policy"])
+        self._batch = None
+        self._batch_checked = False
+        self.state_hash = state_hash
+        self.next_step = step + 1
+        self._run_started = True
 
     def run(
         self,
@@ -284,29 +369,48 @@ class WorldEngine:
     ) -> str:
         """Run ``steps`` more steps; returns the final state hash. ``progress`` is a tqdm-like bar."""
         self._ensure_run_recorded(self.next_step + steps)
-        status, error = "complete", None
-        try:
+        with self._finishing(finish):
             for _ in range(steps):
                 record = self.step()
                 if progress is not None:
                     progress.update(1)
                 if on_step is not None:
                     on_step(record.step, record)
+        return self.state_hash
+
+    def run_autonomous(
+        self, config: Any, *, progress: Any | None = None, finish: bool = True
+    ) -> str:
+        """Let agents act on their own clocks for ``config.duration`` (see engine.autonomous)."""
+        from vivarium.engine.autonomous import run_autonomous
+
+        self._ensure_run_recorded(0)
+        with self._finishing(finish, autonomous=True):
+            run_autonomous(self, config, progress=progress)
+        return self.state_hash
+
+    @contextlib.contextmanager
+    def _finishing(self, finish: bool, autonomous: bool = False) -> Iterator[None]:
+        """Record how the run ended (complete, failed, interrupted), whatever happens."""
+        status, error = "complete", None
+        try:
+            yield
         except BaseException as exc:
             status, error = "failed", f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, KeyboardInterrupt):
+                status = "interrupted"
             raise
         finally:
             if self._batch is not None:
                 self._batch.sync_policies()
             if self.trace_db is not None and finish:
-                if status == "failed" and isinstance(error, str) and "KeyboardInterrupt" in error:
-                    status = "interrupted"
                 try:
-                    self.trace_db.finish_run(status, error)
+                    self.trace_db.finish_run(
+                        status, error, steps=self.next_step if autonomous else None
+                    )
                 except Exception:
                     if status == "complete":
                         raise
-        return self.state_hash
 
 
 def _agent_seed(policy: object) -> str | None:

@@ -44,8 +44,12 @@ class RandomAgentPolicy:
     def from_seed(
         cls, seed: int, action_space: Sequence[str] = DEFAULT_ACTION_SPACE
     ) -> RandomAgentPolicy:
-        """The usual construction: ``random.Random(seed)``, with the seed kept for the record."""
-        policy = cls(random.Random(seed), action_space)
+        """The usual construction: ``random.Random(seed)``, with the seed kept for the record.
+
+        The generator counts the 32-bit words it has drawn, so a checkpoint of this agent is two
+        integers (seed, words) rather than the 625-word Mersenne Twister state.
+        """
+        policy = cls(CountingRandom(seed), action_space)
         policy.seed = seed
         return policy
 
@@ -59,6 +63,8 @@ class RandomAgentPolicy:
                 "value": self.rng.randint(0, EVENT_VALUE_MAX),
                 "seen_time_step": observation["time_step"],
             }
+        elif action in ARGUMENT_MAKERS:
+            arguments = ARGUMENT_MAKERS[action](self.rng, agent_id, observation)
         return ActionRequest.model_construct(
             run_id=run_id,
             time_step=time_step,
@@ -71,12 +77,92 @@ class RandomAgentPolicy:
 
     # -- state the engine checkpoints -----------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
+        if isinstance(self.rng, CountingRandom) and self.seed is not None:
+            return {"seed": self.seed, "words": self.rng.words}
         version, internal, gauss = self.rng.getstate()
         return {"rng": [version, list(internal), gauss]}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if "words" in state:
+            self.seed = state["seed"]
+            self.rng = CountingRandom(state["seed"])
+            self.rng.skip(state["words"])
+            return
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
+
+
+class CountingRandom(random.Random):
+    """``random.Random`` that counts the 32-bit words it draws (same stream, same results).
+
+    ``skip(n)`` moves a fresh generator forward by n words in one C call, which is how a
+    checkpointed agent is restored.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.words = 0
+        super().__init__(seed)
+
+    def seed(self, a: Any = None, version: int = 2) -> None:
+        super().seed(a, version)
+        self.words = 0
+
+    def getrandbits(self, k: int) -> int:
+        self.words += (k + 31) // 32
+        return super().getrandbits(k)
+
+    def random(self) -> float:
+        self.words += 2  # genrand_res53 draws two words
+        return super().random()
+
+    def skip(self, words: int) -> None:
+        if words > 0:
+            self.getrandbits(32 * words)
+
+
+def _pick_artifact(rng: random.Random, observation: dict[str, Any]) -> str:
+    artifacts = observation.get("artifacts") or []
+    if not artifacts:
+        return "none"
+    item = artifacts[rng.randrange(len(artifacts))]
+    return str(item["id"] if isinstance(item, dict) else item)
+
+
+def _read_args(rng: random.Random, agent_id: str, observation: dict[str, Any]) -> dict[str, Any]:
+    return {"artifact_id": _pick_artifact(rng, observation)}
+
+
+def _invoke_args(rng: random.Random, agent_id: str, observation: dict[str, Any]) -> dict[str, Any]:
+    artifact_id = _pick_artifact(rng, observation)
+    methods = next(
+        (
+            list(a.get("methods") or [])
+            for a in observation.get("artifacts") or []
+            if isinstance(a, dict) and a.get("id") == artifact_id
+        ),
+        [],
+    )
+    method = methods[rng.randrange(len(methods))] if methods else "run"
+    return {"artifact_id": artifact_id, "method": method, "args": {}}
+
+
+def _write_args(rng: random.Random, agent_id: str, observation: dict[str, Any]) -> dict[str, Any]:
+    n = rng.randint(0, EVENT_VALUE_MAX)
+    return {"artifact_id": f"{agent_id}_note_{n % 8}", "content": f"note {n}"}
+
+
+def _post_args(rng: random.Random, agent_id: str, observation: dict[str, Any]) -> dict[str, Any]:
+    return {"content": f"random message {rng.randint(0, EVENT_VALUE_MAX)}"}
+
+
+# Arguments random agents make up for actions other than emit_event (drawn from their own rng,
+# from what the observation shows), so a random baseline can act in richer worlds.
+ARGUMENT_MAKERS = {
+    "read_artifact": _read_args,
+    "invoke_artifact": _invoke_args,
+    "write_artifact": _write_args,
+    "post_message": _post_args,
+}
 
 
 def emit_event_arguments_json(value: int, time_step: int) -> str:
@@ -150,6 +236,8 @@ class RandomBatch:
         self._buf[:, _N:] = _temper(self._key_next)
         self._ptr = np.array([s[1][_N] for s in states], dtype=np.int64)
         self._rows = np.arange(n)
+        self._consumed = np.zeros(n, dtype=np.int64)
+        self._start_words = [getattr(p.rng, "words", 0) for p in self.policies]
         self._flat = self._buf.reshape(-1)
 
     @classmethod
@@ -196,6 +284,7 @@ class RandomBatch:
             found = ok[np.arange(len(agents)), first]
             taken = np.where(found, first + 1, len(window))
             self._ptr[agents] += taken
+            self._consumed[agents] += taken
             hit = pending[found]
             out[hit] = words[found, first[found]]
             pending = pending[~found]
@@ -219,3 +308,5 @@ class RandomBatch:
         for i, policy in enumerate(self.policies):
             key = self._key[i].tolist()
             policy.rng.setstate((3, (*key, int(self._ptr[i])), self._gauss[i]))
+            if isinstance(policy.rng, CountingRandom):
+                policy.rng.words = self._start_words[i] + int(self._consumed[i])

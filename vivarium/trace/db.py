@@ -29,7 +29,7 @@ _INSERT_LLM_CALL = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_TRANSITION = "INSERT INTO transitions (step, agent_idx, from_state, to_state, trigger) VALUES (?, ?, ?, ?, ?)"
-_INSERT_STEP = "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_STEP = "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def now_iso() -> str:
@@ -304,6 +304,7 @@ class TraceDb:
             record.world_digest,
             record.state_hash,
             record.wall_time,
+            record.clock,
             *record.encode(),
         )
 
@@ -335,13 +336,34 @@ class TraceDb:
 
         self._submit(job)
 
-    def finish_run(self, status: str = "complete", error: str | None = None) -> None:
+    def truncate_after(self, step: int) -> None:
+        """Drop every row after ``step`` (resume continues from there) and reopen the run."""
+
+        def job(con: sqlite3.Connection) -> None:
+            con.execute("BEGIN")
+            for table in ("steps", "messages", "llm_calls", "transitions", "checkpoints"):
+                con.execute(f"DELETE FROM {table} WHERE step > ?", (step,))  # noqa: S608
+            con.execute(
+                "UPDATE runs SET status = 'running', steps_done = ?, error = NULL, "
+                "finished_at = NULL",
+                (step + 1,),
+            )
+            con.execute("COMMIT")
+
+        self._submit(job)
+
+    def finish_run(
+        self, status: str = "complete", error: str | None = None, steps: int | None = None
+    ) -> None:
+        """Record how the run ended; ``steps`` sets the step count when it was open-ended."""
         finished = self._stamp()
 
         def job(con: sqlite3.Connection) -> None:
             con.execute(
                 "UPDATE runs SET status = ?, error = ?, finished_at = ?", (status, error, finished)
             )
+            if steps is not None:
+                con.execute("UPDATE runs SET steps = ?", (steps,))
 
         self._submit(job)
 

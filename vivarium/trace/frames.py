@@ -63,6 +63,7 @@ _TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
             ("world_digest", "t"),
             ("state_hash", "t"),
             ("wall_time", "t"),
+            ("clock", "f"),
         ],
         "FROM steps ORDER BY step",
     ),

@@ -55,6 +55,7 @@ class StepRecord:
     world_digest: str = ""
     state_hash: str = ""
     wall_time: str | None = None
+    clock: float | None = None
     encoded: tuple[str | None, ...] = ()
     n_actions: int = 0
 
@@ -110,6 +111,7 @@ def chain_hash(
     encoded: tuple[str | None, ...],
     messages: list[tuple[Any, ...]],
     transitions: list[tuple[Any, ...]],
+    clock: float | None = None,
 ) -> str:
     """State hash of a step: SHA-256 over the previous hash, the world digest and every row.
 
@@ -117,6 +119,9 @@ def chain_hash(
     """
     h = hashlib.sha256()
     h.update(f"{previous}\x1d{step}\x1d{world_digest}\x1d{n_actions}".encode())
+    if clock is not None:
+        h.update(f"\x1a{clock!r}".encode())
+
     for text in encoded:
         h.update(b"\x1d")
         h.update(_field(text))
@@ -136,6 +141,7 @@ def hash_record(previous: str, record: StepRecord) -> str:
         record.encode(),
         record.messages,
         record.transitions,
+        record.clock,
     )
 
 

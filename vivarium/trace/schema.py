@@ -58,7 +58,9 @@ CREATE TABLE steps (
     world_digest TEXT NOT NULL,
     state_hash TEXT NOT NULL,
     wall_time TEXT,
+    clock REAL,
     agent_idx TEXT,
+
     action TEXT,
     arguments TEXT,
     reasoning TEXT,

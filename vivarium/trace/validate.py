@@ -57,18 +57,22 @@ def _corrupt(report: ValidationReport, problem: str) -> None:
 
 
 def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
-    runs = con.execute("SELECT run_id, steps, agents, status, steps_done FROM runs").fetchall()
+    runs = con.execute(
+        "SELECT run_id, steps, agents, status, steps_done, json_extract(config_json, '$.mode') "
+        "FROM runs"
+    ).fetchall()
     if len(runs) != 1:
         _corrupt(report, f"expected one runs row, found {len(runs)}")
         if not runs:
             return
-    run_id, planned, n_agents, status, _done = runs[0]
+    run_id, planned, n_agents, status, _done, mode = runs[0]
+
     report.run_id, report.steps_expected = run_id, planned
     report.agents = con.execute("SELECT count(*) FROM agents").fetchone()[0]
     if report.agents != n_agents:
         _corrupt(report, f"runs row says {n_agents} agents, agents table has {report.agents}")
     step_rows = con.execute(
-        "SELECT step, n_actions, n_messages, world_digest, state_hash, wall_time, "
+        "SELECT step, n_actions, n_messages, world_digest, state_hash, clock, "
         "agent_idx, action, arguments, reasoning, metadata, success, result, error "
         "FROM steps ORDER BY step"
     ).fetchall()
@@ -91,8 +95,9 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
         transitions.setdefault(step, []).append(tuple(row))
 
     previous = GENESIS_HASH
-    for step, n_actions, n_messages, world_digest, state_hash, _wall, *encoded in step_rows:
-        if n_actions != n_agents:
+    autonomous = mode == "autonomous"
+    for step, n_actions, n_messages, world_digest, state_hash, clock, *encoded in step_rows:
+        if n_actions != n_agents and not (autonomous and 0 < n_actions <= n_agents):
             _corrupt(report, f"step {step}: {n_actions} actions for {n_agents} agents")
         for name, text in zip(ACTION_COLUMNS, encoded, strict=True):
             try:
@@ -112,6 +117,7 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
             tuple(encoded),
             step_messages,
             transitions.get(step, []),
+            clock,
         )
         if expected != state_hash:
             _corrupt(report, f"step {step}: state hash does not match its rows (chain broken here)")
