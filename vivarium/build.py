@@ -116,9 +116,9 @@ def _ecology_world(
 
 # -- policies ---------------------------------------------------------------------------------
 def _random_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:
-    from vivarium.policies.random import RandomAgentPolicy
+    from vivarium.policies.random import DEFAULT_ACTION_SPACE, RandomAgentPolicy
 
-    space = agent.group.action_space or config.action_space
+    space = agent.group.action_space or config.action_space or DEFAULT_ACTION_SPACE
     return RandomAgentPolicy.from_seed(stable_agent_seed(config.seed, agent.agent_id), space)
 
 
@@ -131,9 +131,8 @@ def _cognitive_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dic
     )
 
     llm = config.llm or LLMConfig(mock=True)
-    explicit = agent.group.action_space or (
-        config.action_space if "action_space" in config.model_fields_set else None
-    )
+    explicit = agent.group.action_space or config.action_space
+
     policy_config = CognitivePolicyConfig(
         model=llm.model,
         temperature=llm.temperature,

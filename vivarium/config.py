@@ -126,7 +126,13 @@ class ExperimentConfig(BaseModel):
     scheduling: Literal["sequential", "simultaneous"] = "sequential"
     order: Literal["sorted", "shuffle"] = "sorted"
     message_history_limit: int = Field(default=20, ge=0)
-    action_space: list[str] = Field(default_factory=lambda: ["noop", "emit_event"], min_length=1)
+    action_space: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="actions agents may take (default: random agents noop/emit_event; LLM "
+        "agents every tool of the world)",
+    )
+
     deterministic_timestamps: bool = True
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
     db: str | None = None
