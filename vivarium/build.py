@@ -155,9 +155,19 @@ def _workflow_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dict
         raise ConfigError(
             "config: agents: a workflow group needs 'agent: <folder with agent.yaml>'"
         )
+    from vivarium.config import LLMConfig
+
     spec = load_spec(agent.group.agent, shared)
+    llm = config.llm or LLMConfig(mock=True)
     seed = derive_seed(config.seed, "llm", agent.agent_id) & 0x7FFFFFFF
-    return WorkflowPolicy(spec, shared_gateway(config, shared), seed=seed)
+    return WorkflowPolicy(
+        spec,
+        shared_gateway(config, shared),
+        seed=seed,
+        model=llm.model,
+        temperature=llm.temperature,
+        max_tokens=llm.max_tokens,
+    )
 
 
 def _has_langgraph() -> bool:

@@ -25,6 +25,8 @@ from vivarium.gateways.base import (
 )
 from vivarium.seeding import canonical_json, digest
 
+MAX_SCHEMA_DEPTH = 8  # nested objects filled at most this deep
+
 # 64 short, plain words: a phrase is readable and one byte picks a word.
 # fmt: off
 WORDS = (
@@ -187,8 +189,18 @@ def _parameters_of(tools: list[dict[str, Any]] | None, name: str) -> dict[str, A
     return {}
 
 
-def _arguments_from_schema(parameters: dict[str, Any], data: bytes) -> dict[str, Any]:
-    """Fill the required string/integer/number/boolean properties from digest bytes."""
+def _arguments_from_schema(
+    parameters: dict[str, Any], data: bytes, depth: int = 0
+) -> dict[str, Any]:
+    """Fill the required properties from digest bytes: strings, integers, numbers, booleans,
+    a value of an ``enum``, and nested objects (filled the same way, from their own bytes)."""
+    choices = parameters.get("anyOf") or parameters.get("oneOf")
+    if isinstance(choices, list) and choices:
+        # One of several shapes: pick a branch by the digest, then fill it.
+        branch = choices[int.from_bytes(data[:2], "big") % len(choices)]
+        if isinstance(branch, dict):
+            return _arguments_from_schema(branch, data[2:] + data[:2], depth)
+        return {}
     properties = parameters.get("properties") or {}
     required = parameters.get("required") or []
     arguments: dict[str, Any] = {}
@@ -197,7 +209,16 @@ def _arguments_from_schema(parameters: dict[str, Any], data: bytes) -> dict[str,
         kind = spec.get("type") if isinstance(spec, dict) else None
         start = (4 * i + 8) % len(data)
         chunk = int.from_bytes((data * 2)[start : start + 2], "big")
-        if kind == "string":
+        enum = spec.get("enum") if isinstance(spec, dict) else None
+        nested_choices = isinstance(spec, dict) and (spec.get("anyOf") or spec.get("oneOf"))
+        if isinstance(spec, dict) and "const" in spec:
+            arguments[key] = spec["const"]
+        elif nested_choices and depth < MAX_SCHEMA_DEPTH:
+            nested = bytes.fromhex(digest(data + f"{depth}:{key}".encode()))
+            arguments[key] = _arguments_from_schema(spec, nested, depth + 1)
+        elif isinstance(enum, list) and enum:
+            arguments[key] = enum[chunk % len(enum)]
+        elif kind == "string":
             arguments[key] = " ".join(_phrase_words(data, offset=start + 1)[:3])
         elif kind == "integer":
             arguments[key] = chunk % 1000
@@ -205,4 +226,7 @@ def _arguments_from_schema(parameters: dict[str, Any], data: bytes) -> dict[str,
             arguments[key] = (chunk % 10000) / 100
         elif kind == "boolean":
             arguments[key] = bool(chunk % 2)
+        elif kind == "object" and isinstance(spec, dict) and depth < MAX_SCHEMA_DEPTH:
+            nested = bytes.fromhex(digest(data + f"{depth}:{key}".encode()))
+            arguments[key] = _arguments_from_schema(spec, nested, depth + 1)
     return arguments
