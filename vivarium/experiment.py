@@ -55,7 +55,14 @@ class Experiment:
     def run_id(self) -> str:
         return self.config.resolved_run_id()
 
+    def controls(self, **kwargs: Any) -> Any:
+        """An ipywidgets control panel for this experiment (see ``vivarium.widgets``)."""
+        from vivarium.widgets import ControlPanel
+
+        return ControlPanel(self, **kwargs)
+
     def default_db(self) -> Path:
+
         return (
             Path(self.config.db)
             if self.config.db

@@ -789,6 +789,11 @@ class WorkflowPolicy:
         }
         if d.reset is not None:
             meta["agent_state_reset"] = d.reset
+        for flag in ("should_pivot", "stuck_in_loop"):
+            # Flags the analysis plots (pivots) must see: the agent state itself is not recorded.
+            if isinstance(d.state["variables"].get(flag), bool):
+                meta[flag] = d.state["variables"][flag]
+
         if d.failure is None and d.action is not None:
             name, arguments = d.action
             meta["parse_path"] = d.parse_path

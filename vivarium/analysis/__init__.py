@@ -1,0 +1,80 @@
+"""Analysis of run traces: metrics (polars, returned as pandas or polars) and paper figures.
+
+``import vivarium.analysis`` stays light: the metrics (and polars) load on first use, and the
+figures (``vivarium.analysis.plots``) import matplotlib only inside their functions.
+
+Metrics take a ``Run``, a trace path, a dict of frames (``run.to_polars()``), one frame of the
+right table, or a list of these, and work on a sweep's merged frames (grouped by ``run_id`` and
+the columns named in ``by=``):
+
+- ``action_counts`` - decisions per action, per step / agent / agent and step / run
+- ``success_rate`` - per step / agent / run, optionally over a rolling window of steps
+- ``success_ci`` - across runs (seeds) with a 95% t interval (or Wilson)
+- ``pivot_events``, ``pivots`` - back-transitions in workflow state and should_pivot flags
+- ``message_volume`` - messages and characters per step / author / run
+- ``llm_usage`` - LLM calls, tokens, cost, latency, cache hits per step / agent / run
+- ``summary`` - one row per run
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vivarium.analysis.metrics import (
+        action_counts,
+        llm_usage,
+        message_volume,
+        pivot_events,
+        pivots,
+        success_ci,
+        success_rate,
+        summary,
+        t_quantile,
+        wilson_interval,
+    )
+
+_METRICS = (
+    "action_counts",
+    "llm_usage",
+    "message_volume",
+    "pivot_events",
+    "pivots",
+    "success_ci",
+    "success_rate",
+    "summary",
+    "t_quantile",
+    "wilson_interval",
+)
+
+__all__ = [
+    "action_counts",
+    "llm_usage",
+    "message_volume",
+    "pivot_events",
+    "pivots",
+    "plots",
+    "style",
+    "success_ci",
+    "success_rate",
+    "summary",
+    "t_quantile",
+    "wilson_interval",
+]
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _METRICS:
+        value = getattr(importlib.import_module("vivarium.analysis.metrics"), name)
+    elif name in ("plots", "style", "metrics"):
+        value = importlib.import_module(f"vivarium.analysis.{name}")
+    else:
+        raise AttributeError(f"module 'vivarium.analysis' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
