@@ -102,7 +102,10 @@ def test_experiment_cognitive_from_python(tmp_path: Path) -> None:
 
 
 def test_replay_miss_is_a_clear_error_naming_agent_and_step(tmp_path: Path) -> None:
+    from vivarium.gateways.cache import Cassette
+
     cassette = tmp_path / "empty.cassette"
+    Cassette(cassette).close()
     out = run_cli(
         "phase2",
         "--steps",
@@ -241,3 +244,50 @@ def test_real_llm_then_offline_replay(tmp_path: Path, llm_server_reason: str | N
     assert table(replayed, "SELECT min(cache_hit) FROM llm_calls") == [(1,)]
     for path in (recorded, replayed, cassette):
         assert b"sk-REAL-SECRET" not in path.read_bytes()
+
+
+def test_replay_without_a_cassette_file_is_one_line(tmp_path: Path) -> None:
+    out = run_cli(
+        "phase2",
+        "--model",
+        "openai/x",
+        "--cache",
+        str(tmp_path / "none.cassette"),
+        "--cache-mode",
+        "replay",
+        "--db",
+        str(tmp_path / "n.sqlite"),
+    )
+    assert out.returncode == 2
+    assert "no cassette at" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_replay_leaves_the_cassette_file_unchanged(tmp_path: Path) -> None:
+    from tests.conftest import ROOT
+
+    cassette = ROOT / "data/cassettes/smollm2_phase2.cassette"
+    before = cassette.read_bytes()
+    out = run_cli(
+        "phase2",
+        "--steps",
+        "4",
+        "--agents",
+        "3",
+        "--seed",
+        "42",
+        "--model",
+        MODEL_NAME,
+        "--force-tool",
+        "--max-tokens",
+        "48",
+        "--cache",
+        str(cassette),
+        "--cache-mode",
+        "replay",
+        "--db",
+        str(tmp_path / "r.sqlite"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "12 from cache" in out.stdout
+    assert cassette.read_bytes() == before
+    assert not cassette.with_name(cassette.name + "-wal").exists()

@@ -77,8 +77,10 @@ def test_record_then_replay_offline_is_identical(tmp_path: Path) -> None:
 
 
 def test_replay_miss_names_the_request_and_the_fix(tmp_path: Path) -> None:
+    Cassette(tmp_path / "empty.sqlite").close()  # an empty cassette: every request misses
     gw = CachingGateway(None, tmp_path / "empty.sqlite", mode="replay")
     request = LLMRequest(model="mock", messages=messages("never recorded"))
+
     with pytest.raises(CacheMissError) as info:
         gw.complete(request)
     error = info.value

@@ -104,8 +104,9 @@ def response_json(response: LLMResponse) -> str:
 class Cassette:
     """An SQLite file of recorded replies, safe for several processes and threads at once."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = readonly  # replay never writes, so a committed cassette stays unchanged
         self._lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
         self._pid = 0
@@ -131,6 +132,8 @@ class Cassette:
             with open(p, "rb") as fh:
                 if fh.read(16) != b"SQLite format 3\x00":
                     raise CassetteError(f"{p} is not a Vivarium cassette (not an SQLite file)")
+        if self.readonly:
+            return self._open_readonly(p)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
             con = sqlite3.connect(p, timeout=30, isolation_level=None, check_same_thread=False)
@@ -147,6 +150,22 @@ class Cassette:
         except CassetteError:
             con.close()
             raise
+        return con
+
+    def _open_readonly(self, p: Path) -> sqlite3.Connection:
+        if not p.is_file():
+            raise CassetteError(f"no cassette at {p}; record one first (cache mode 'record')")
+        try:
+            con = sqlite3.connect(
+                f"file:{p.resolve()}?mode=ro", uri=True, timeout=30, check_same_thread=False
+            )
+            con.execute("PRAGMA busy_timeout=30000")
+            meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.Error as exc:
+            raise CassetteError(f"{p} is not a Vivarium cassette ({exc})") from None
+        if meta.get("format") != CASSETTE_FORMAT:
+            con.close()
+            raise CassetteError(f"{p} is not a Vivarium cassette")
         return con
 
     def _check_or_create(self, con: sqlite3.Connection) -> None:
@@ -247,8 +266,15 @@ class Cassette:
     def close(self) -> None:
         with self._lock:
             if self._con is not None and self._pid == os.getpid():
+                # Leave one self-contained file when no one else has it open (a cassette is
+                # committed next to notebooks); while others write, WAL mode simply stays.
+                if not self.readonly:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._con.execute("PRAGMA journal_mode=DELETE")
+
                 self._con.close()
             self._con = None
+
 
     def __enter__(self) -> Cassette:
         return self
@@ -285,7 +311,12 @@ class CachingGateway(GatewayBase):
             raise ConfigError(f"cache mode {mode!r} needs a gateway to record from")
         self.inner = inner
         self._owns_cassette = not isinstance(cassette, Cassette)
-        self.cassette = cassette if isinstance(cassette, Cassette) else Cassette(cassette)
+        self.cassette = (
+            cassette
+            if isinstance(cassette, Cassette)
+            else Cassette(cassette, readonly=mode == "replay")
+        )
+
         self.mode: CacheMode = mode
         self.stats = CacheStats()
         self._lock = threading.Lock()

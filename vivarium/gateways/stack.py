@@ -40,7 +40,9 @@ def build_gateway(llm: LLMConfig, seed: int) -> Any:
             )
             gateway = RateLimitedGateway(gateway, limiter)
     if llm.cache:
-        from vivarium.gateways.cache import CachingGateway, Cassette
+        from vivarium.gateways.cache import CachingGateway
 
-        gateway = CachingGateway(gateway, Cassette(llm.cache), mode=llm.cache_mode)
+        # Given the path, the caching layer owns the cassette and closes it with the run.
+        gateway = CachingGateway(gateway, llm.cache, mode=llm.cache_mode)
+
     return gateway

@@ -119,18 +119,22 @@ class _CognitiveCore:
         names = available_tools(observation, self.config.tools)
         described = [n for n in names if n in self.registry]
         specs = tool_specs_for(observation, self.registry, self.config.tools)
+        choice = self.tool_choice(described)
+        forced = choice["function"]["name"] if isinstance(choice, dict) else None
         messages = build_messages(
             observation,
             agent_id=agent_id,
             system_prompt=self.config.system_prompt,
             registry=self.registry,
             tools=names,
+            forced=forced,
         )
         request = {
             "model": self.config.model,
             "messages": messages,
             "tools": specs or None,
-            "tool_choice": self.tool_choice(described),
+            "tool_choice": choice,
+
             "temperature": self.config.temperature,
             "max_tokens": self.config.max_tokens,
             "seed": self.request_seed(agent_id),

@@ -89,12 +89,18 @@ def user_prompt(
     registry: ActionRegistry | None = None,
     *,
     json_hint: bool = True,
+    forced: str | None = None,
 ) -> str:
     """Step, recent messages (oldest first) and tools, one item a line."""
     registry = registry or default_registry()
     lines = [f"Current step: {observation.get('time_step')}.", "Recent messages (oldest first):"]
     messages = observation.get("messages") or []
     lines += [format_message(m) for m in messages] if messages else ["(no messages yet)"]
+    if forced:
+        # The model can only call this tool: listing others or a JSON fallback confuses small
+        # models, which then write about tools instead of acting.
+        lines.append(f"Respond with {describe_tool(forced, registry).removeprefix('- ')}")
+        return "\n".join(lines)
     lines.append("Available tools:")
     lines += [describe_tool(n, registry) for n in tools] if tools else ["(none)"]
     lines.append("Call exactly one tool.")
@@ -110,11 +116,13 @@ def build_messages(
     system_prompt: str | None = None,
     registry: ActionRegistry | None = None,
     tools: Sequence[str] | None = None,
+    forced: str | None = None,
 ) -> list[dict[str, str]]:
-    """``[system, user]`` chat messages for one decision."""
+    """``[system, user]`` chat messages for one decision (``forced``: the one tool allowed)."""
     agent = agent_id if agent_id is not None else str(observation.get("agent_id", ""))
     names = list(tools) if tools is not None else available_tools(observation)
     return [
         {"role": "system", "content": system_prompt_for(agent, system_prompt)},
-        {"role": "user", "content": user_prompt(observation, names, registry)},
+        {"role": "user", "content": user_prompt(observation, names, registry, forced=forced)},
+
     ]

@@ -1,0 +1,240 @@
+"""The Boltzmann wealth model (Mesa's introductory model) as a Vivarium world and policy.
+
+Every agent starts with ``starting_wealth`` units (1). Each step every agent with wealth gives one
+unit to another agent picked at random; wealth is conserved and its distribution grows a long
+tail. Importing this module registers world ``boltzmann`` and policy ``boltzmann``, so it works
+as a plugin: ``import vivarium.worlds.boltzmann`` (or ``plugins: [vivarium.worlds.boltzmann]``
+in a sweep section), then
+
+```python
+Experiment(world="boltzmann", policy="boltzmann", agents=1000, steps=200, order="shuffle")
+```
+
+Actions: ``noop`` and ``give(to)``, which moves one unit from the giver to ``to`` if the giver
+has any (else the action fails with the reason, as does giving to oneself or to a stranger).
+Observations carry the time step, the agent's id and wealth, every agent id and the tools. The
+``boltzmann`` policy gives to a uniformly drawn other agent with its own seeded generator
+(``random.Random(stable_agent_seed(seed, agent_id))``), and does nothing when it has nothing,
+as Mesa's agent does. ``final_wealth(actions)`` and ``gini`` read the outcome from a trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vivarium.build import register_policy, register_world
+from vivarium.policies.random import CountingRandom
+from vivarium.seeding import stable_agent_seed
+from vivarium.types import ActionRequest, ActionResult
+from vivarium.worlds.registry import ActionError, ActionRegistry, NoArguments
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from vivarium.build import PlannedAgent
+    from vivarium.config import ExperimentConfig
+
+
+class GiveArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: str = Field(description="The id of the agent who receives one unit of wealth.")
+
+
+# One shared outcome for every successful action: results are read, never changed.
+_OK = ActionResult.ok()
+
+
+def _noop(world: BoltzmannWorld, request: ActionRequest, args: NoArguments) -> ActionResult:
+    return _OK
+
+
+def _give(world: BoltzmannWorld, request: ActionRequest, args: GiveArgs) -> ActionResult:
+    world.give(request.agent_id, args.to)
+    return _OK
+
+
+BOLTZMANN_ACTIONS = ActionRegistry()
+BOLTZMANN_ACTIONS.action("noop", "Do nothing this step.")(_noop)
+BOLTZMANN_ACTIONS.action("give", "Give one unit of your wealth to another agent.", GiveArgs)(_give)
+
+
+class BoltzmannWorld:
+    """Agents' wealth; ``give`` moves one unit. Total wealth never changes."""
+
+    name = "boltzmann"
+
+    def __init__(
+        self,
+        agent_ids: Sequence[str],
+        starting_wealth: int = 1,
+        registry: ActionRegistry | None = None,
+    ) -> None:
+        if starting_wealth < 0:
+            raise ValueError(f"starting_wealth must be >= 0, not {starting_wealth}")
+        self.agent_ids = tuple(agent_ids)
+        self.starting_wealth = starting_wealth
+        self.wealth: dict[str, int] = dict.fromkeys(self.agent_ids, starting_wealth)
+        self.transfers = 0
+        self.registry = registry or BOLTZMANN_ACTIONS.extend()
+        self._tools = self.registry.names()
+
+    # -- the world protocol -------------------------------------------------------------------
+    def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
+        return {
+            "time_step": time_step,
+            "agent_id": agent_id,
+            "wealth": self.wealth.get(agent_id, 0),
+            "agents": self.agent_ids,
+            "tools": self._tools,
+        }
+
+    def apply(self, request: ActionRequest) -> ActionResult:
+        args = request.arguments
+        # The common case, checked by hand (the registry's validation costs more than the move).
+        if (
+            request.action_name == "give"
+            and len(args) == 1
+            and type(args.get("to")) is str
+            and self.registry.get("give").handler is _give  # type: ignore[union-attr]
+        ):
+            try:
+                self.give(request.agent_id, args["to"])
+            except ActionError as exc:
+                return ActionResult.failed(str(exc))
+            return _OK
+        return self.registry.dispatch(self, request)
+
+    def state_digest(self) -> str:
+        counts = array("q", self.wealth.values()).tobytes()
+        return f"t{self.transfers}:{hashlib.sha256(counts).hexdigest()[:16]}"
+
+    # -- the model ----------------------------------------------------------------------------
+    def give(self, giver: str, receiver: str) -> None:
+        wealth = self.wealth
+        if receiver not in wealth:
+            raise ActionError(f"unknown agent '{receiver}'")
+        if receiver == giver:
+            raise ActionError("cannot give to yourself")
+        if wealth.get(giver, 0) <= 0:
+            raise ActionError("nothing to give (wealth 0)")
+        wealth[giver] -= 1
+        wealth[receiver] += 1
+        self.transfers += 1
+
+    @property
+    def total_wealth(self) -> int:
+        return sum(self.wealth.values())
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        return {"wealth": [self.wealth[a] for a in self.agent_ids], "transfers": self.transfers}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.wealth = dict(zip(self.agent_ids, state["wealth"], strict=True))
+        self.transfers = state["transfers"]
+
+
+class BoltzmannPolicy:
+    """Give one unit to a random other agent (drawn with this agent's own generator)."""
+
+    name = "boltzmann"
+
+    def __init__(self, agent_id: str, agent_ids: Sequence[str], seed: int) -> None:
+        self.agent_id = agent_id
+        self.others = [a for a in agent_ids if a != agent_id]
+        if not self.others:
+            raise ValueError("the Boltzmann model needs at least two agents")
+        self.seed = seed
+        self.rng = CountingRandom(seed)
+
+    def decide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        if observation.get("wealth", 0) > 0:
+            to = self.others[self.rng.randrange(len(self.others))]
+            action, arguments = "give", {"to": to}
+        else:
+            action, arguments = "noop", {}
+        return ActionRequest.model_construct(
+            run_id=run_id,
+            time_step=time_step,
+            agent_id=agent_id,
+            action_name=action,
+            arguments=arguments,
+            reasoning=None,
+            metadata={},
+        )
+
+    def get_state(self) -> dict[str, Any]:
+        return {"seed": self.seed, "words": self.rng.words}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.seed = state["seed"]
+        self.rng = CountingRandom(self.seed)
+        self.rng.skip(state["words"])
+
+
+# -- registration -----------------------------------------------------------------------------
+def _world_factory(
+    config: ExperimentConfig, plan: list[PlannedAgent], shared: dict[str, Any]
+) -> Any:
+    return BoltzmannWorld([p.agent_id for p in plan], **dict(config.world_options))
+
+
+def _policy_factory(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:
+    ids = shared.get("boltzmann_ids")
+    if ids is None:
+        ids = shared["boltzmann_ids"] = [p.agent_id for p in shared["plan"]]
+    return BoltzmannPolicy(agent.agent_id, ids, stable_agent_seed(config.seed, agent.agent_id))
+
+
+register_world("boltzmann", _world_factory)
+register_policy("boltzmann", _policy_factory)
+
+
+# -- reading the outcome ----------------------------------------------------------------------
+def final_wealth(actions: pd.DataFrame, starting_wealth: int = 1) -> pd.Series:
+    """Each agent's wealth after the run, from its actions (successful gives move one unit).
+
+    Agents that never appear in ``actions`` are not listed; every agent acts each step.
+    """
+    import pandas as pd
+
+    agents = actions["agent_id"].astype(str)
+    gives = actions[(actions["action"] == "give") & actions["success"].astype(bool)]
+    receivers = gives["arguments"].map(lambda text: json.loads(text)["to"])
+    given = gives["agent_id"].astype(str).value_counts()
+    received = receivers.value_counts()
+    ids = pd.Index(sorted(set(agents)))
+    wealth = (
+        starting_wealth + received.reindex(ids, fill_value=0) - given.reindex(ids, fill_value=0)
+    )
+    wealth.name = "wealth"
+    return wealth.astype("int64")
+
+
+def gini(values: Iterable[float]) -> float:
+    """The Gini coefficient, as Mesa's tutorial computes it (0 = equal, near 1 = one has all)."""
+    xs = sorted(values)
+    n = len(xs)
+    total = sum(xs)
+    if n == 0 or total == 0:
+        return 0.0
+    b = sum(x * (n - i) for i, x in enumerate(xs)) / (n * total)
+    return 1 + (1 / n) - 2 * b
+
+
+__all__ = [
+    "BOLTZMANN_ACTIONS",
+    "BoltzmannPolicy",
+    "BoltzmannWorld",
+    "GiveArgs",
+    "final_wealth",
+    "gini",
+]
