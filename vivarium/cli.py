@@ -206,6 +206,14 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from vivarium.paper import make_figures
+
+    for path in make_figures(args.out, args.data):
+        print(path)
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from vivarium.trace.validate import validate_trace
 
@@ -283,6 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     rz.add_argument("--cache", type=Path, default=None)
     rz.add_argument("--cache-mode", choices=["record", "replay", "auto"], default=None)
     pz.set_defaults(func=_cmd_resume)
+
+    pf = sub.add_parser("figures", help="regenerate the paper figures from the data/ folder")
+    pf.add_argument("--out", type=Path, default=Path("paper/figures"), help="output folder")
+    pf.add_argument("--data", type=Path, default=Path("data"), help="the recorded data folder")
+    pf.set_defaults(func=_cmd_figures)
 
     pv = sub.add_parser(
         "validate",

@@ -136,6 +136,9 @@ class ExperimentConfig(BaseModel):
     deterministic_timestamps: bool = True
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
     db: str | None = None
+    base_dir: str | None = Field(
+        default=None, description="folder relative agent paths are resolved from (the config's)"
+    )
     llm: LLMConfig | None = None
 
     @field_validator("world", "policy")
@@ -165,7 +168,8 @@ class ExperimentConfig(BaseModel):
     def identity(self) -> dict[str, Any]:
         """The fields that decide the trace's content (not where it is written or read from)."""
 
-        data = self.model_dump(exclude={"db", "run_id", "llm"})
+        data = self.model_dump(exclude={"db", "run_id", "llm", "base_dir"})
+
         if self.llm is not None:
             data["llm"] = self.llm.identity()
         return data

@@ -21,7 +21,16 @@ if TYPE_CHECKING:
 DEFAULT_RUNS_DIR = Path("runs")
 
 
+def _agent_paths_exist(data: dict[str, Any], base: Path) -> bool:
+    groups = data.get("agents")
+    if not isinstance(groups, list):
+        return False
+    folders = [g.get("agent") for g in groups if isinstance(g, dict) and g.get("agent")]
+    return bool(folders) and all((base / f).exists() for f in folders)
+
+
 def _progress_enabled(progress: bool | None) -> bool:
+
     if progress is not None:
         return progress
     return os.environ.get("VIVARIUM_PROGRESS", "1").lower() not in {"0", "false", "no", "off"}
@@ -41,7 +50,15 @@ class Experiment:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> Experiment:
+        """Load a YAML/JSON config; relative agent folders resolve next to the file (or cwd)."""
         data = {**load_config_data(path), **overrides}
+        project = Path(path).resolve().parent
+        # A config in <project>/data/experiments/ names agents as data/agents/...: look from
+        # the folder that makes such paths exist (the config's, or a parent of it).
+        for base in (project, *project.parents):
+            if _agent_paths_exist(data, base):
+                data.setdefault("base_dir", str(base))
+                break
         return cls(make_config(ExperimentConfig, data, where=str(path)))
 
     def __repr__(self) -> str:

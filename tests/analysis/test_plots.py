@@ -97,7 +97,9 @@ def test_behaviour_timeline_draws_each_decision() -> None:
     assert ax.get_xlabel() == "step" and ax.get_ylabel() == "agent"
     assert ytick_labels(ax) == ["a", "b", "c"]
     # two runs: the first is drawn and the title says so
-    assert fig._suptitle.get_text() == "run r1 (first of 2)"
+    # the title sits on top of the legend (a suptitle would overlap an outside legend)
+    assert fig.legends[0].get_title().get_text() == "run r1 (first of 2)"
+
     assert fig.get_size_inches()[0] == pytest.approx(SINGLE_COLUMN)
 
 

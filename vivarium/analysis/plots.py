@@ -218,7 +218,16 @@ def _legend_rows(labels: Sequence[str], width_in: float) -> int:
 
 
 def _finish(fig: Any, title: str | None) -> Any:
-    if title:
+    if not title:
+        return fig
+    if fig.legends:
+        # An outside legend and a suptitle both claim the top edge and overlap under
+        # constrained layout: the title goes on top of the legend instead.
+        legend = fig.legends[0]
+        current = legend.get_title().get_text()
+        legend.set_title(f"{title}\n{current}" if current else title)
+        legend.get_title().set_fontweight("bold")
+    else:
         fig.suptitle(title)
     return fig
 
@@ -401,10 +410,9 @@ def action_mix(
                 )
             else:
                 raise ValueError(f"kind must be 'area' or 'bars', not {kind!r}")
-            ax.set_xlim(
-                steps.min() - (0.5 if kind == "bars" else 0),
-                steps.max() + (0.5 if kind == "bars" else 0),
-            )
+            pad = 0.5 if kind == "bars" or steps.min() == steps.max() else 0
+            ax.set_xlim(steps.min() - pad, steps.max() + pad)
+
             if normalize:
                 ax.set_ylim(0, 1)
             if by:
