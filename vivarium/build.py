@@ -86,7 +86,6 @@ def load_spec(folder: str, shared: dict[str, Any]) -> Any:
     return specs[folder]
 
 
-
 def shared_gateway(config: ExperimentConfig, shared: dict[str, Any]) -> Any:
     """The run's one gateway stack, built on first use and shared by every agent."""
     if "gateway" not in shared:

@@ -206,6 +206,26 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from vivarium.sweep import main_sweep, parse_grid_items
+
+    grid = parse_grid_items(args.grid) if args.grid else None
+    sweep = main_sweep(
+        args.config,
+        grid,
+        args.folder,
+        args.backend,
+        args.max_workers,
+        replications=args.replications,
+        seed=args.sweep_seed,
+        ray_address=args.ray_address,
+        progress=False if args.no_progress else None,
+        overrides=_overrides(args) or None,
+    )
+    print(sweep.summary())
+    return 0 if sweep.ok else 1
+
+
 def _cmd_figures(args: argparse.Namespace) -> int:
     from vivarium.paper import make_figures
 
@@ -292,7 +312,28 @@ def build_parser() -> argparse.ArgumentParser:
     rz.add_argument("--cache-mode", choices=["record", "replay", "auto"], default=None)
     pz.set_defaults(func=_cmd_resume)
 
+    ps = sub.add_parser("sweep", help="run a config over a grid of parameters and seeds")
+    ps.add_argument("config", type=Path, help="config file (may hold a `sweep:` section)")
+    _add_run_flags(ps, steps=None, agents=None)  # type: ignore[arg-type]
+    ps.add_argument(
+        "--grid",
+        action="append",
+        default=None,
+        metavar="FIELD=V1,V2",
+        help="a grid axis, e.g. --grid seed=1,2,3 --grid agents=5,50 (repeatable)",
+    )
+    ps.add_argument(
+        "--folder", type=Path, default=None, help="sweep folder (default runs/<name>-sweep)"
+    )
+    ps.add_argument("--backend", choices=["local", "ray", "inline"], default=None)
+    ps.add_argument("--max-workers", type=_positive("--max-workers"), default=None)
+    ps.add_argument("--replications", type=_positive("--replications"), default=None)
+    ps.add_argument("--sweep-seed", type=_positive("--sweep-seed", 0), default=None)
+    ps.add_argument("--ray-address", default=None, help="join a Ray cluster")
+    ps.set_defaults(func=_cmd_sweep)
+
     pf = sub.add_parser("figures", help="regenerate the paper figures from the data/ folder")
+
     pf.add_argument("--out", type=Path, default=Path("paper/figures"), help="output folder")
     pf.add_argument("--data", type=Path, default=Path("data"), help="the recorded data folder")
     pf.set_defaults(func=_cmd_figures)

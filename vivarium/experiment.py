@@ -51,8 +51,14 @@ class Experiment:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> Experiment:
         """Load a YAML/JSON config; relative agent folders resolve next to the file (or cwd)."""
-        data = {**load_config_data(path), **overrides}
+        data = load_config_data(path)
+        if "sweep" in data:  # a sweep config runs here as its base experiment
+            from vivarium.sweep import split_sweep_section
+
+            data, _settings = split_sweep_section(data, where=str(path))
+        data = {**data, **overrides}
         project = Path(path).resolve().parent
+
         # A config in <project>/data/experiments/ names agents as data/agents/...: look from
         # the folder that makes such paths exist (the config's, or a parent of it).
         for base in (project, *project.parents):
@@ -71,6 +77,42 @@ class Experiment:
     @property
     def run_id(self) -> str:
         return self.config.resolved_run_id()
+
+    def sweep(
+        self,
+        configs: list[Any] | None = None,
+        *,
+        folder: str | os.PathLike[str] | None = None,
+        backend: str = "local",
+        max_workers: int | None = None,
+        ray_address: str | None = None,
+        sweep_seed: int | None = None,
+        replications: int | None = None,
+        progress: bool | None = None,
+        **grid: Any,
+    ) -> Any:
+        """Run this experiment over a grid (``seed=range(10), agents=[5, 50]``) or configs.
+
+        Every run gets its own trace under one sweep folder with an index; the returned
+        ``Sweep`` has the merged frames with the parameter columns added (see vivarium.sweep).
+        Nested fields use ``__`` in keyword names: ``llm__temperature=[0, 0.7]``. Runs without a
+        ``seed`` axis get seeds derived from ``sweep_seed`` (default: this experiment's seed).
+        """
+        from vivarium.sweep import run_sweep
+
+        values = {key.replace("__", "."): list(v) for key, v in grid.items()}
+        return run_sweep(
+            self,
+            values or None,
+            configs,
+            folder=folder,
+            backend=backend,  # type: ignore[arg-type]
+            max_workers=max_workers,
+            ray_address=ray_address,
+            seed=sweep_seed,
+            replications=replications,
+            progress=progress,
+        )
 
     def controls(self, **kwargs: Any) -> Any:
         """An ipywidgets control panel for this experiment (see ``vivarium.widgets``)."""

@@ -629,7 +629,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             try:
                 resume_run(path, progress=False, llm=_llm_transport(config))
                 result["action"] = "resumed"
-            except TraceError:
+            except (TraceError, ConfigError):  # the checkpoint cannot be used: start over
                 Experiment(config).run(path, progress=False)
                 result["action"] = "reran"
         else:
@@ -760,8 +760,9 @@ def _execute_local(
 
 
 _NO_START = (
-    "the worker processes could not start (their error is on stderr); a script that runs a "
-    "sweep must do it under `if __name__ == '__main__':`"
+    "the worker processes could not start (their error is on stderr): run a sweep from a "
+    "notebook, or from a script file under `if __name__ == '__main__':`, or use "
+    "backend='inline'"
 )
 
 
@@ -1350,6 +1351,24 @@ def parse_grid_items(items: Iterable[str]) -> dict[str, list[Any]]:
     return grid
 
 
+def _set_base_dir(data: dict[str, Any], config_path: Path) -> None:
+    """Relative agent folders resolve from the config's folder (or the parent where they
+    exist), as ``Experiment.from_file`` does."""
+    if "base_dir" not in ExperimentConfig.model_fields or "base_dir" in data:
+        return
+    groups = data.get("agents")
+    if not isinstance(groups, list):
+        return
+    folders = [g["agent"] for g in groups if isinstance(g, Mapping) and g.get("agent")]
+    if not folders:
+        return
+    here = config_path.resolve().parent
+    for base in (here, *here.parents):
+        if all((base / f).exists() for f in folders):
+            data["base_dir"] = str(base)
+            return
+
+
 def main_sweep(
     config_path: str | os.PathLike[str],
     grid: Mapping[str, Sequence[Any]] | None = None,
@@ -1384,6 +1403,7 @@ def main_sweep(
                 f"{config_path}: sweep.plugins: cannot import {module}: {_one_line(exc)}"
             ) from None
     experiment.update(overrides or {})
+    _set_base_dir(experiment, Path(config_path))
     base = make_config(ExperimentConfig, experiment, where=str(config_path))
     merged_grid = {**settings.get("grid", {}), **(dict(grid) if grid else {})}
     return run_sweep(

@@ -275,7 +275,6 @@ class Cassette:
                 self._con.close()
             self._con = None
 
-
     def __enter__(self) -> Cassette:
         return self
 

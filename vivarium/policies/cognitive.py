@@ -134,7 +134,6 @@ class _CognitiveCore:
             "messages": messages,
             "tools": specs or None,
             "tool_choice": choice,
-
             "temperature": self.config.temperature,
             "max_tokens": self.config.max_tokens,
             "seed": self.request_seed(agent_id),

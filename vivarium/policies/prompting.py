@@ -124,5 +124,4 @@ def build_messages(
     return [
         {"role": "system", "content": system_prompt_for(agent, system_prompt)},
         {"role": "user", "content": user_prompt(observation, names, registry, forced=forced)},
-
     ]

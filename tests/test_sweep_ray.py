@@ -1,0 +1,72 @@
+"""The Ray backend: the same sweep gives the same merged frames as the local process pool."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from vivarium import Experiment
+from vivarium.sweep import SWEEP_FRAMES, Sweep, run_sweep
+
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed (pip install 'vivarium-lab[scale]' or 'ray>=2.9')"
+)
+
+BASE = Experiment(name="ray", agents=3, steps=10, seed=21, checkpoint_every=4)
+GRID = {"agents": [2, 3], "order": ["sorted", "shuffle"]}
+
+
+@pytest.fixture(scope="module")
+def ray_local() -> Iterator[None]:
+    """One local Ray instance with 2 CPUs for the whole module."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def assert_same(a: Sweep, b: Sweep) -> None:
+    for name in SWEEP_FRAMES:
+        assert a.to_polars(name).equals(b.to_polars(name)), name
+    pd.testing.assert_frame_equal(a.actions, b.actions)
+    cols = ["run", "run_id", "replication", "seed", *a.params, "status", "error"]
+    pd.testing.assert_frame_equal(a.index[cols], b.index[cols])
+
+
+def test_local_and_ray_give_identical_merged_frames(ray_local: None, tmp_path: Path) -> None:
+    local = run_sweep(BASE, GRID, folder=tmp_path / "local", max_workers=2, replications=2)
+    on_ray = run_sweep(
+        BASE, GRID, folder=tmp_path / "ray", backend="ray", max_workers=2, replications=2
+    )
+    assert local.ok and on_ray.ok and len(on_ray) == 8
+    assert_same(local, on_ray)
+    assert list(on_ray.actions.columns[:6]) == [
+        "run_id",
+        "run",
+        "replication",
+        "seed",
+        "agents",
+        "order",
+    ]
+    # a second pass on Ray runs nothing again
+    again = run_sweep(BASE, GRID, folder=tmp_path / "ray", backend="ray", replications=2)
+    assert list(again.index["attempts"]) == [1] * 8
+    assert_same(on_ray, again)
+
+
+def test_a_failing_run_on_ray_is_recorded(ray_local: None, tmp_path: Path) -> None:
+    base = Experiment(name="rayfail", world="ecology", agents=2, steps=3, seed=1)
+    grid = {"world_options": [{}, {"no_such_option": 1}]}
+    sweep = run_sweep(base, grid, folder=tmp_path / "fail", backend="ray", max_workers=2)
+    index = sweep.index
+    assert list(index["status"]) == ["complete", "failed"]
+    assert "no_such_option" in index.loc[1, "error"]
+    assert "\n" not in index.loc[1, "error"]
+    assert set(sweep.actions["run"]) == {0}
+    assert list(index["world_options"]) == ["{}", '{"no_such_option":1}']
