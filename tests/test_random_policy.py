@@ -127,3 +127,29 @@ def test_batch_keeps_the_word_count() -> None:
             p.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
     batch.sync_policies()
     assert [p.get_state() for p in single] == [p.get_state() for p in batched]
+
+
+def test_seeded_keys_match_cpython_seeding() -> None:
+    from vivarium.policies.random import seeded_keys
+
+    seeds = [0, 1, 42, 2**32 - 1, 2**32, 2**40 + 12345, 2**64 - 1] + [
+        stable_agent_seed(9, f"agent_{i:03d}") for i in range(20)
+    ]
+    for seed, row in zip(seeds, seeded_keys(seeds), strict=True):
+        assert row.tolist() == list(random.Random(seed).getstate()[1][:624])
+
+
+def test_batch_leaves_lazy_generators_that_match() -> None:
+    seeds = [stable_agent_seed(4, f"agent_{i:03d}") for i in range(12)]
+    single = [RandomAgentPolicy.from_seed(s) for s in seeds]
+    batched = [RandomAgentPolicy.from_seed(s) for s in seeds]
+    assert all(p.fresh for p in batched)
+    batch = RandomBatch(batched)
+    for t in range(650):
+        batch.decide()
+        for p in single:
+            p.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+    batch.sync_policies()
+    assert [p.get_state() for p in batched] == [p.get_state() for p in single]  # no generator built
+    assert all(p._rng is None for p in batched)
+    assert [p.rng.getstate() for p in batched] == [p.rng.getstate() for p in single]

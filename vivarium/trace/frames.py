@@ -127,6 +127,7 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
     import pyarrow.json as pj
 
     con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+    con.text_factory = bytes  # the JSON goes to Arrow as bytes: no decode and re-encode
     try:
         rows = con.execute(
             "SELECT step, n_actions, agent_idx, action, arguments, reasoning, metadata, success, "
@@ -156,36 +157,38 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
         if distinct == {None}:
             decoded[name] = pa.nulls(total, typ.value_type)
         elif len(distinct) == 1 and len(set(counts.tolist())) == 1:
-            one = pa.array(json.loads(texts[0]), typ.value_type)
+            one = pa.array(json.loads(texts[0]), typ.value_type)  # type: ignore[arg-type]
             if len(one) != counts[0]:
                 raise TraceError(f"actions column '{name}' is damaged at step 0")
             decoded[name] = pa.concat_arrays([one] * len(rows)) if len(rows) > 1 else one
         else:
             parse.append((i, name, typ))
     if parse:
-        nulls: dict[int, str] = {}
+        nulls: dict[int, bytes] = {}
+        keys = [(i, f'"{name}":'.encode()) for i, name, _ in parse]
         lines = []
         for row in rows:
             n = row[1]
             if n not in nulls:
-                nulls[n] = "[" + ",".join(["null"] * n) + "]"
+                nulls[n] = b"[" + b",".join([b"null"] * n) + b"]"
             filler = nulls[n]
-            body = ",".join(
-                f'"{name}":{row[2 + i] if row[2 + i] is not None else filler}'
-                for i, name, _ in parse
+            body = b",".join(
+                key + (row[2 + i] if row[2 + i] is not None else filler) for i, key in keys
             )
-            lines.append("{" + body + "}")
+            lines.append(b"{" + body + b"}")
         try:
             table = pj.read_json(
-                io.BytesIO("\n".join(lines).encode()),
+                io.BytesIO(b"\n".join(lines)),
                 parse_options=pj.ParseOptions(
                     explicit_schema=pa.schema([(name, typ) for _, name, typ in parse])
                 ),
             )
         except pa.ArrowInvalid as exc:
             raise TraceError(f"actions in {p} are damaged: {exc}") from None
-        for _, name, _ in parse:
-            decoded[name] = table.column(name).combine_chunks().flatten()
+        for _, name, typ in parse:
+            chunks = [chunk.flatten() for chunk in table.column(name).chunks]
+            decoded[name] = pa.chunked_array(chunks, typ.value_type)
+
     for name, _ in fields:
         flat = decoded[name]
         if len(flat) != total:
@@ -215,7 +218,8 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
     agent_ids: pa.Array | None = None
     out: dict[str, Any] = {}
     for (col, kind), arr in zip(columns, arrays, strict=True):
-        arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+        if kind in ("a", "c") and isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()  # one dictionary per column, not per chunk
         if kind == "a":
             if agent_ids is None:
                 agent_ids = _agent_ids(p)
@@ -232,9 +236,12 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
             out[col] = arr.cast(pa.string())
     result = pa.table(out)
     if run_id is not None:
+        import numpy as np
+
         rid = pa.DictionaryArray.from_arrays(
-            pa.array([0] * result.num_rows, pa.int32()), pa.array([run_id])
+            pa.array(np.zeros(result.num_rows, dtype=np.int32)), pa.array([run_id])
         )
+
         result = result.add_column(0, "run_id", rid)
     return result
 
