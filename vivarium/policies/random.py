@@ -263,8 +263,8 @@ def seeded_keys(seeds: Sequence[int]) -> np.ndarray:
         raise ValueError("seeded_keys takes seeds in [0, 2**64)")
     two_words = hi > 0
     mt = np.repeat(np.array(_initial_state(), dtype=np.uint64)[:, None], n, axis=1)
-    i, j = 1, 0
-    for _ in range(_N):
+    i = 1
+    for j in range(_N):  # j counts key words; a one-word key always uses word 0
         prev = mt[i - 1]
         word = np.where(two_words & (j % 2 == 1), hi, lo) if j else lo
         jj = np.where(two_words, j % 2, 0).astype(np.uint64) if j else np.uint64(0)
@@ -272,8 +272,8 @@ def seeded_keys(seeds: Sequence[int]) -> np.ndarray:
             (mt[i] ^ (((prev ^ (prev >> np.uint64(30))) * np.uint64(1664525)) & m32)) + word + jj
         ) & m32
         i += 1
-        j += 1
         if i >= _N:
+
             mt[0] = mt[_N - 1]
             i = 1
     for _ in range(_N - 1):
