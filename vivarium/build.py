@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vivarium.errors import ConfigError
+from vivarium.errors import ConfigError, VivariumError
 from vivarium.seeding import derive_seed, stable_agent_seed
 
 if TYPE_CHECKING:
@@ -219,7 +219,17 @@ def build_agents(config: ExperimentConfig, shared: dict[str, Any] | None = None)
 
 
 def build_world(config: ExperimentConfig, shared: dict[str, Any] | None = None) -> Any:
+    """The world; a world that refuses its ``world_options`` is a one-line ``ConfigError``."""
     shared = {} if shared is None else shared
     plan = shared.get("plan") or agent_plan(config, shared)
     shared["plan"] = plan
-    return WORLDS[config.world](config, plan, shared)
+    try:
+        return WORLDS[config.world](config, plan, shared)
+    except Exception as exc:
+        if isinstance(exc, VivariumError) or not config.world_options:
+            raise
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ConfigError(
+            f"config: world_options: world '{config.world}' refused them: "
+            f"{type(exc).__name__}: {text}"
+        ) from None

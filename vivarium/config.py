@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from vivarium.errors import ConfigError
 
 MAX_SEED = 2**63 - 1
+MAX_STEPS = 2**39 - 1  # trace row ids are (step << 24) | seq, in SQLite's 64-bit integers
 
 
 # LLM settings that say where and how calls are made, not what the run is: they are left out of
@@ -121,7 +122,7 @@ class ExperimentConfig(BaseModel):
     mode: Literal["stepped", "autonomous"] = "stepped"
     autonomous: AutonomousConfig = Field(default_factory=AutonomousConfig)
 
-    steps: int = Field(default=100, ge=0)
+    steps: int = Field(default=100, ge=0, le=MAX_STEPS)
     seed: int = Field(default=42, ge=0, le=MAX_SEED)
     scheduling: Literal["sequential", "simultaneous"] = "sequential"
     order: Literal["sorted", "shuffle"] = "sorted"
@@ -184,7 +185,7 @@ def describe_errors(exc: ValidationError, where: str = "config") -> str:
     """One line naming every bad field: ``config: agents: must be >= 1; seed: ...``."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        loc = ".".join(str(x) or "''" for x in err["loc"]) or "(root)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import re
+
+# Line breaks (``str.splitlines`` splits on all of these) and other control characters.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and control characters escaped (``\\n``), so it is one line
+    even when it quotes a user's key, value or file name."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
 
 class VivariumError(Exception):
     """Base class: a problem the user can fix, reported as one clear line."""
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 class ConfigError(VivariumError, ValueError):

@@ -10,6 +10,21 @@ from pydantic import BaseModel, ConfigDict, Field
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @classmethod
+    def trusted(cls, **values: Any) -> Any:
+        """Build from values known to be valid, skipping validation (for per-decision hot paths).
+
+        Pydantic's ``model_construct`` costs ~4.5 us here; setting the instance state directly
+        costs ~1.6 us. Every field must be given. Checked once against ``model_construct`` at
+        import, with that as the fallback should pydantic's internals change.
+        """
+        obj = cls.__new__(cls)
+        object.__setattr__(obj, "__dict__", values)
+        object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+        object.__setattr__(obj, "__pydantic_extra__", None)
+        object.__setattr__(obj, "__pydantic_private__", None)
+        return obj
+
 
 class ActionRequest(_Model):
     """What a policy decides: one action with its arguments, for one agent at one step."""
@@ -32,11 +47,11 @@ class ActionResult(_Model):
 
     @classmethod
     def ok(cls, result: dict[str, Any] | None = None) -> ActionResult:
-        return cls.model_construct(success=True, result=result, error=None)
+        return cls.trusted(success=True, result=result, error=None)  # type: ignore[no-any-return]
 
     @classmethod
     def failed(cls, reason: str) -> ActionResult:
-        return cls.model_construct(success=False, result=None, error=reason)
+        return cls.trusted(success=False, result=None, error=reason)  # type: ignore[no-any-return]
 
 
 class Message(_Model):
@@ -65,3 +80,26 @@ class RunMetadata(_Model):
     steps_done: int = 0
     created_at: str | None = None
     finished_at: str | None = None
+
+
+def _check_trusted() -> None:
+    """Fall back to ``model_construct`` if direct construction stops matching it."""
+    values = {
+        "run_id": "r",
+        "time_step": 0,
+        "agent_id": "a",
+        "action_name": "noop",
+        "arguments": {},
+        "reasoning": None,
+        "metadata": {},
+    }
+    try:
+        fast = ActionRequest.trusted(**values)
+        same = fast == ActionRequest.model_construct(**values) and fast.model_dump() == values
+    except Exception:
+        same = False
+    if not same:  # pragma: no cover - depends on the pydantic version
+        _Model.trusted = classmethod(lambda cls, **v: cls.model_construct(**v))  # type: ignore[assignment,method-assign]
+
+
+_check_trusted()

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from vivarium.errors import VivariumError
-from vivarium.gateways.base import CallRecord, collect_calls
+from vivarium.gateways.base import CallRecord, collect_calls, start_collecting, stop_collecting
+
 from vivarium.types import ActionRequest
 
 T = TypeVar("T")
@@ -114,7 +115,8 @@ class Decider:
         if self.is_async[idx]:
             return run_async(self._decide_async(idx, t, observation, asyncio.Semaphore(1)))
         errors: list[str] = []
-        with collect_calls() as calls:
+        calls, token = start_collecting()
+        try:
             for _attempt in range(self.retries + 1):
                 try:
                     outcome = self._sync_once(idx, t, observation)
@@ -124,9 +126,11 @@ class Decider:
                     errors.append(_describe(exc))
                     continue
                 if isinstance(outcome, str):
-                    return Decision(None, outcome, list(calls))
-                return Decision(outcome, None, list(calls))
-        return Decision(None, _failure_reason(errors), list(calls))
+                    return Decision(None, outcome, calls)
+                return Decision(outcome, None, calls)
+        finally:
+            stop_collecting(token)
+        return Decision(None, _failure_reason(errors), calls)
 
     async def _decide_async(
         self, idx: int, t: int, observation: dict[str, Any], gate: asyncio.Semaphore

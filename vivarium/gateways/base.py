@@ -194,6 +194,16 @@ def collect_calls() -> Iterator[list[CallRecord]]:
         _calls.reset(token)
 
 
+def start_collecting() -> tuple[list[CallRecord], Any]:
+    """``collect_calls`` without the context manager, for the per-decision hot path."""
+    records: list[CallRecord] = []
+    return records, _calls.set(records)
+
+
+def stop_collecting(token: Any) -> None:
+    _calls.reset(token)
+
+
 def record_call(record: CallRecord) -> None:
     """Add a call record to the current decision's list (a no-op outside ``collect_calls``)."""
     records = _calls.get()

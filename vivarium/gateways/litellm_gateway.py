@@ -2,8 +2,9 @@
 
 LiteLLM (and the OpenAI client under it) would retry silently; here both are told not to, and
 this gateway retries rate limits, server errors, timeouts and broken connections itself, with a
-deterministic backoff, writing one call record per attempt. ``litellm`` is imported on the first
-call, never by ``import vivarium.gateways``.
+deterministic backoff, writing one call record per attempt. Given a shared ``RateLimiter``, every
+attempt (retries too) waits for it, so the provider never sees more requests than the limit
+allows. ``litellm`` is imported on the first call, never by ``import vivarium.gateways``.
 
 The API key is held in a ``_Secret`` and scrubbed from every error text, record, exception and
 raw reply, so it never reaches a trace, a cassette or a log.
@@ -11,6 +12,7 @@ raw reply, so it never reaches a trace, a cassette or a log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -31,6 +33,7 @@ from vivarium.gateways.base import (
     current_attempt,
     record_call,
 )
+from vivarium.gateways.ratelimit import RateLimiter, estimate_tokens
 from vivarium.gateways.retry import SleepFn, asleep_with, backoff_delay
 
 LOCAL_API_KEY = "sk-local"
@@ -202,6 +205,7 @@ class LiteLLMGateway(GatewayBase):
     ``num_retries`` retries after the first attempt: rate limits (honouring ``Retry-After``),
     5xx, timeouts, broken connections and replies that are not JSON. 4xx errors are not retried.
     ``extra`` is passed to ``litellm.completion`` as is (e.g. ``{"drop_params": True}``).
+    ``limiter`` (shared by a run's agents) admits each attempt, retries included.
     """
 
     def __init__(
@@ -216,6 +220,7 @@ class LiteLLMGateway(GatewayBase):
         extra: dict[str, Any] | None = None,
         max_retry_after: float = 60.0,
         sleep: SleepFn | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         if num_retries < 0:
             raise ValueError("num_retries must be >= 0")
@@ -233,6 +238,7 @@ class LiteLLMGateway(GatewayBase):
         self.custom_llm_provider = custom_llm_provider
         self.extra = dict(extra or {})
         self.sleep = sleep  # injectable for tests: waits between attempts
+        self.limiter = limiter
 
     def __repr__(self) -> str:
         return (
@@ -388,14 +394,27 @@ class LiteLLMGateway(GatewayBase):
             max_retry_after=self.max_retry_after,
         )
 
+    def _used(self, response: LLMResponse, ticket: Any) -> None:
+        """Tell the limiter what a reply used (a failed attempt keeps its estimate)."""
+        if self.limiter is not None and ticket is not None:
+            usage = response.usage
+            used = usage.total_tokens or usage.prompt_tokens + usage.completion_tokens
+            self.limiter.record_tokens(used, ticket)
+
     # -- calls -------------------------------------------------------------------------------
     def complete(self, request: LLMRequest) -> LLMResponse:
         litellm = _import_litellm()
         base = self._attempt_base()
         attempts = self.num_retries + 1
         kwargs = self._kwargs(request)
+        estimate = estimate_tokens(request) if self.limiter is not None else 0
         for k in range(1, attempts + 1):
-            with attempt_number(base + k):
+            admitted = (
+                self.limiter.acquire_sync(estimate)
+                if self.limiter is not None
+                else contextlib.nullcontext()
+            )
+            with attempt_number(base + k), admitted as ticket:
                 started = time.perf_counter()
                 try:
                     reply = litellm.completion(**kwargs)
@@ -404,6 +423,7 @@ class LiteLLMGateway(GatewayBase):
                 else:
                     response = self._normalize(reply, request, _ms_since(started))
                     record_call(CallRecord.from_response(response, base + k))
+                    self._used(response, ticket)
                     return response
             if not error.retryable or k == attempts:
                 raise self._give_up(error, request, k) from None
@@ -415,17 +435,25 @@ class LiteLLMGateway(GatewayBase):
         base = self._attempt_base()
         attempts = self.num_retries + 1
         kwargs = self._kwargs(request)
+        estimate = estimate_tokens(request) if self.limiter is not None else 0
         for k in range(1, attempts + 1):
+            admitted = (
+                self.limiter.acquire(estimate)
+                if self.limiter is not None
+                else contextlib.nullcontext()
+            )
             with attempt_number(base + k):
-                started = time.perf_counter()
-                try:
-                    reply = await litellm.acompletion(**kwargs)
-                except Exception as exc:
-                    error = self._failure(exc, request, base + k, _ms_since(started))
-                else:
-                    response = self._normalize(reply, request, _ms_since(started))
-                    record_call(CallRecord.from_response(response, base + k))
-                    return response
+                async with admitted as ticket:
+                    started = time.perf_counter()
+                    try:
+                        reply = await litellm.acompletion(**kwargs)
+                    except Exception as exc:
+                        error = self._failure(exc, request, base + k, _ms_since(started))
+                    else:
+                        response = self._normalize(reply, request, _ms_since(started))
+                        record_call(CallRecord.from_response(response, base + k))
+                        self._used(response, ticket)
+                        return response
             if not error.retryable or k == attempts:
                 raise self._give_up(error, request, k) from None
             await asleep_with(self.sleep, self._delay(request, k, error))

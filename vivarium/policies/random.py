@@ -100,7 +100,7 @@ class RandomAgentPolicy:
             }
         elif action in ARGUMENT_MAKERS:
             arguments = ARGUMENT_MAKERS[action](self.rng, agent_id, observation)
-        return ActionRequest.model_construct(
+        return ActionRequest.trusted(
             run_id=run_id,
             time_step=time_step,
             agent_id=agent_id,
@@ -273,7 +273,6 @@ def seeded_keys(seeds: Sequence[int]) -> np.ndarray:
         ) & m32
         i += 1
         if i >= _N:
-
             mt[0] = mt[_N - 1]
             i = 1
     for _ in range(_N - 1):

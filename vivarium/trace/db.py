@@ -116,12 +116,14 @@ def _configure(con: sqlite3.Connection) -> None:
 class _Writer(threading.Thread):
     """Owns the write connection; runs submitted jobs in order; keeps the first error."""
 
-    def __init__(self, path: Path, *, create: bool) -> None:
+    def __init__(self, path: Path, *, create: bool, max_pages: int | None = None) -> None:
         super().__init__(name="vivarium-trace-writer", daemon=True)
         self.path = path
         self.create = create
+        self.max_pages = max_pages
         self.jobs: queue.Queue[Callable[[sqlite3.Connection], None] | None] = queue.Queue(16)
         self.error: BaseException | None = None
+        self.error_step: int | None = None  # the step being written when the error came
         self.ready = threading.Event()
 
     def run(self) -> None:
@@ -139,6 +141,8 @@ class _Writer(threading.Thread):
                     "COMMIT;"
                 )
             _configure(con)
+            if self.max_pages is not None:
+                con.execute(f"PRAGMA max_page_count={int(self.max_pages)}")
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             self.error = exc
             self.ready.set()
@@ -156,6 +160,7 @@ class _Writer(threading.Thread):
                 job(con)
             except BaseException as exc:  # noqa: BLE001
                 self.error = exc
+                self.error_step = getattr(job, "step", None)
                 if con.in_transaction:
                     con.rollback()
         # Leave a closed trace as one self-contained file: readers then create no -wal/-shm.
@@ -164,20 +169,26 @@ class _Writer(threading.Thread):
         con.close()
 
 
-def _friendly(exc: BaseException, path: Path) -> TraceError:
+def _friendly(exc: BaseException, path: Path, step: int | None = None) -> TraceError:
     text = str(exc)
+    at = "" if step is None else f" at step {step}"
     if isinstance(exc, sqlite3.OperationalError):
         if "locked" in text or "busy" in text:
             return TraceError(f"{path} is being written by another run; use another --db path")
         if "readonly" in text or "read-only" in text:
-            return TraceError(f"cannot write {path}: the file or its folder is read-only")
+            return TraceError(f"cannot write {path}{at}: the file or its folder is read-only")
         if "disk is full" in text or "disk I/O" in text:
-            return TraceError(f"cannot write {path}: {text} (everything committed before is kept)")
-    return TraceError(f"cannot write {path}: {text}")
+            return TraceError(
+                f"cannot write {path}{at}: {text} (everything committed before is kept)"
+            )
+    return TraceError(f"cannot write {path}{at}: {text}")
 
 
 class TraceDb:
-    """One run's trace file. ``TraceDb(path)`` creates it for writing; ``TraceDb.open`` reads it."""
+    """One run's trace file. ``TraceDb(path)`` creates it for writing; ``TraceDb.open`` reads it.
+
+    ``max_pages`` caps the file at that many SQLite pages, as a full disk would (for tests).
+    """
 
     def __init__(
         self,
@@ -185,6 +196,7 @@ class TraceDb:
         *,
         overwrite: bool = True,
         deterministic_timestamps: bool = True,
+        max_pages: int | None = None,
         _resume: bool = False,
     ) -> None:
         self.path = Path(path)
@@ -195,7 +207,7 @@ class TraceDb:
         else:
             check_trace_file(self.path)
         self._lock_fd = _acquire_writer_lock(self.path)
-        self._writer = _Writer(self.path, create=not _resume)
+        self._writer = _Writer(self.path, create=not _resume, max_pages=max_pages)
         self._writer.start()
         self._writer.ready.wait()
         if self._writer.error is not None:
@@ -241,7 +253,7 @@ class TraceDb:
         if self._closed:
             raise TraceError(f"{self.path} is closed")
         if self._writer.error is not None:
-            raise _friendly(self._writer.error, self.path) from None
+            raise _friendly(self._writer.error, self.path, self._writer.error_step) from None
         self._writer.jobs.put(job)
 
     def flush(self) -> None:
@@ -252,7 +264,7 @@ class TraceDb:
             if self._writer.error is not None or not self._writer.is_alive():
                 break
         if self._writer.error is not None:
-            raise _friendly(self._writer.error, self.path) from None
+            raise _friendly(self._writer.error, self.path, self._writer.error_step) from None
 
     def _stamp(self) -> str | None:
         return None if self.deterministic_timestamps else now_iso()
@@ -260,7 +272,11 @@ class TraceDb:
     def begin_run(
         self, meta: RunMetadata, agents: Iterable[tuple[int, str, str, str | None]]
     ) -> None:
-        """Record the run and its agents (agent_idx, agent_id, policy name, seed)."""
+        """Record the run and its agents (agent_idx, agent_id, policy name, seed).
+
+        Waits for the commit: steps are written behind the engine, but a run killed at any step
+        must leave its run record, so that it validates as incomplete and can be resumed.
+        """
         agent_rows = list(agents)
         created = self._stamp()
         from vivarium.seeding import canonical_json
@@ -291,6 +307,7 @@ class TraceDb:
             con.execute("COMMIT")
 
         self._submit(job)
+        self.flush()
 
     def write_step(self, record: StepRecord) -> None:
         """Commit one step's rows in one transaction (on the writer thread)."""
@@ -323,6 +340,7 @@ class TraceDb:
             con.execute("UPDATE runs SET steps_done = ?", (step + 1,))
             con.execute("COMMIT")
 
+        job.step = step  # type: ignore[attr-defined]  # named in the error if it fails
         self._submit(job)
 
     def write_checkpoint(
@@ -379,7 +397,7 @@ class TraceDb:
         self._writer.join()
         _release_writer_lock(self._lock_fd)
         if self._writer.error is not None:
-            raise _friendly(self._writer.error, self.path) from None
+            raise _friendly(self._writer.error, self.path, self._writer.error_step) from None
 
     def __enter__(self) -> TraceDb:
         return self

@@ -61,10 +61,12 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
         "SELECT run_id, steps, agents, status, steps_done, json_extract(config_json, '$.mode') "
         "FROM runs"
     ).fetchall()
+    if not runs:  # killed before its run record was committed: nothing to resume
+        report.status = "incomplete"
+        report.problems.append("no run record: the run never started (run it again)")
+        return
     if len(runs) != 1:
         _corrupt(report, f"expected one runs row, found {len(runs)}")
-        if not runs:
-            return
     run_id, planned, n_agents, status, _done, mode = runs[0]
 
     report.run_id, report.steps_expected = run_id, planned

@@ -160,7 +160,8 @@ def format_loc(loc: Iterable[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            name = str(part) or "''"
+            out += f".{name}" if out else name
     return out or "(root)"
 
 

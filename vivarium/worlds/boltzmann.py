@@ -161,7 +161,7 @@ class BoltzmannPolicy:
             action, arguments = "give", {"to": to}
         else:
             action, arguments = "noop", {}
-        return ActionRequest.model_construct(
+        return ActionRequest.trusted(
             run_id=run_id,
             time_step=time_step,
             agent_id=agent_id,
