@@ -34,7 +34,8 @@ LLM_TRANSPORT_FIELDS = frozenset(
 class LLMConfig(BaseModel):
     """Which model answers LLM agents, and how the calls are made, cached and limited."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Infinite or NaN latencies, timeouts and limits would hang a run or break the limiter.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     model: str = Field(default="mock", min_length=1, description="litellm model name, or 'mock'")
     mock: bool = Field(default=False, description="answer with the deterministic MockLLMGateway")
@@ -69,7 +70,7 @@ class LLMConfig(BaseModel):
 class AutonomousConfig(BaseModel):
     """Pacing of autonomous agents."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     duration: float = Field(default=60.0, gt=0, description="seconds of (virtual) time to run")
     think_s: float = Field(default=1.0, gt=0, description="time one action takes an agent")

@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vivarium.errors import ConfigError
+
 ECOLOGY_SEEDS = (1, 2, 3, 4)
 # Ordinary moves of the example workflows, left out when counting pivots.
 ROUTINE_MOVES = ("decide_action -> compute_metrics", "review -> work")
@@ -59,7 +61,10 @@ def make_figures(
     from vivarium.analysis.style import save_figure
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the figures folder {out}: {exc.strerror}") from None
     written: list[Path] = []
     with tempfile.TemporaryDirectory() as tmp:
         runs = _runs(Path(data_dir), Path(tmp))

@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 from vivarium.errors import VivariumError
 from vivarium.gateways.base import CallRecord, collect_calls, start_collecting, stop_collecting
-
 from vivarium.types import ActionRequest
 
 T = TypeVar("T")
