@@ -14,7 +14,9 @@ import copy
 import functools
 import operator
 import re
+import threading
 import warnings
+
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -402,9 +404,15 @@ def _bound_tree(tree: ast.AST, limits: Limits) -> None:
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
+# CPython 3.11's parser keeps its recursion depth in shared state: parsing in two threads at once
+# can fail with "AST constructor recursion depth mismatch" (gh-106905). catch_warnings is not
+# thread-safe either. One lock makes both safe; parsed trees are cached, so it is rarely taken.
+_PARSE_LOCK = threading.Lock()
+
+
 def _parse(source: str, mode: str, limits: Limits) -> ast.AST:
     try:
-        with warnings.catch_warnings():  # "invalid escape sequence" and friends: not our business
+        with _PARSE_LOCK, warnings.catch_warnings():  # "invalid escape sequence": not ours
             warnings.simplefilter("ignore")
             return ast.parse(source, mode=mode)
     except SyntaxError as exc:
