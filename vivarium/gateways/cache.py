@@ -141,9 +141,9 @@ class Cassette:
             raise CassetteError(f"cannot open cassette {p}: {exc}") from None
         try:
             con.execute("PRAGMA busy_timeout=30000")
+            self._check_or_create(con)  # first: another program's SQLite file is left unchanged
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA synchronous=NORMAL")
-            self._check_or_create(con)
         except sqlite3.Error as exc:
             con.close()
             raise CassetteError(f"cannot open cassette {p}: {exc}") from None

@@ -16,7 +16,6 @@ import operator
 import re
 import threading
 import warnings
-
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
