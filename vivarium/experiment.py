@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from vivarium.config import ExperimentConfig, load_config_data, make_config
 from vivarium.errors import TraceError
+from vivarium.trace.views import FrameViews
 
 if TYPE_CHECKING:
-    import pandas as pd
-    import polars as pl
 
     from vivarium.engine.engine import WorldEngine
     from vivarium.trace.db import TraceDb
@@ -289,7 +288,7 @@ def _resume_point(path: Path, steps_done: int) -> tuple[int, tuple[Any, ...] | N
     return rows[0][0] + 1, rows[0]
 
 
-class Run:
+class Run(FrameViews):
     """A finished (or interrupted) run, read from its trace file. Frames are loaded on demand."""
 
     def __init__(self, path: Path, metadata: dict[str, Any]) -> None:
@@ -325,66 +324,6 @@ class Run:
 
             self._frames[name] = read_arrow(self.path, name, run_id=self.run_id)
         return self._frames[name]
-
-    def frame(self, name: str, kind: str = "pandas") -> Any:
-        from vivarium.trace import frames
-
-        table = self.arrow(name)
-        if kind == "polars":
-            return frames.to_polars(table)
-        if kind == "pandas":
-            return frames.to_pandas(table)
-        if kind == "arrow":
-            return table
-        raise ValueError(f"kind must be 'pandas', 'polars' or 'arrow', not {kind!r}")
-
-    @property
-    def actions(self) -> pd.DataFrame:
-        """One row per agent decision: step, seq, agent_id, action, arguments, outcome..."""
-        return self.frame("actions")
-
-    @property
-    def messages(self) -> pd.DataFrame:
-        return self.frame("messages")
-
-    @property
-    def llm_calls(self) -> pd.DataFrame:
-        return self.frame("llm_calls")
-
-    @property
-    def transitions(self) -> pd.DataFrame:
-        return self.frame("transitions")
-
-    @property
-    def steps(self) -> pd.DataFrame:
-        return self.frame("steps")
-
-    @property
-    def agents(self) -> pd.DataFrame:
-        return self.frame("agents")
-
-    def to_polars(self, name: str | None = None) -> pl.DataFrame | dict[str, pl.DataFrame]:
-        """The frames as polars: one by name, or all of them in a dict."""
-        from vivarium.trace.frames import FRAME_NAMES
-
-        if name is not None:
-            return self.frame(name, "polars")
-        return {n: self.frame(n, "polars") for n in FRAME_NAMES}
-
-    def to_parquet(self, directory: str | os.PathLike[str]) -> dict[str, Path]:
-        """Write every frame as ``<directory>/<frame>.parquet``; returns the paths."""
-        import pyarrow.parquet as pq
-
-        from vivarium.trace.frames import FRAME_NAMES
-
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {}
-        for name in FRAME_NAMES:
-            target = out / f"{name}.parquet"
-            pq.write_table(self.arrow(name), target)
-            paths[name] = target
-        return paths
 
     # -- views --------------------------------------------------------------------------------
     @cached_property

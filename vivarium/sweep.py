@@ -59,10 +59,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from vivarium.config import MAX_SEED, ExperimentConfig, make_config
 from vivarium.errors import ConfigError, TraceError, VivariumError
 from vivarium.seeding import canonical_json, derive_seed
+from vivarium.trace.views import FrameViews
 
 if TYPE_CHECKING:
     import pandas as pd
-    import polars as pl
     import pyarrow as pa
 
     from vivarium.experiment import Experiment, Run
@@ -1034,8 +1034,10 @@ def _param_array(values: list[Any]) -> pa.Array:
     return pa.array([None if v is None else canonical_json(v) for v in values], pa.string())
 
 
-class Sweep:
+class Sweep(FrameViews):
     """The runs of a sweep, read from its folder: the index and the merged frames."""
+
+    frame_names = SWEEP_FRAMES
 
     def __init__(self, folder: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         self.folder = folder
@@ -1172,61 +1174,18 @@ class Sweep:
         fields += [pa.field(k, v.type) for k, v in run_columns.items()]
         return pa.schema(fields).empty_table()
 
-    def frame(self, name: str, kind: str = "pandas") -> Any:
-        """A merged frame as ``pandas`` (default), ``polars`` or ``arrow``."""
-        from vivarium.trace import frames
-
-        table = self.arrow(name)
-        if kind == "pandas":
-            return frames.to_pandas(table)
-        if kind == "polars":
-            return frames.to_polars(table)
-        if kind == "arrow":
-            return table
-        raise ValueError(f"kind must be 'pandas', 'polars' or 'arrow', not {kind!r}")
-
-    @property
-    def actions(self) -> pd.DataFrame:
-        return self.frame("actions")
-
-    @property
-    def messages(self) -> pd.DataFrame:
-        return self.frame("messages")
-
-    @property
-    def llm_calls(self) -> pd.DataFrame:
-        return self.frame("llm_calls")
-
-    @property
-    def transitions(self) -> pd.DataFrame:
-        return self.frame("transitions")
-
-    @property
-    def steps(self) -> pd.DataFrame:
-        return self.frame("steps")
-
     @property
     def agents(self) -> pd.DataFrame:
         """Agents of every run; the run's seed is ``sweep.seed`` here (``seed`` is the agent's)."""
         return self.frame("agents")
-
-    def to_polars(self, name: str | None = None) -> pl.DataFrame | dict[str, pl.DataFrame]:
-        """The merged frames as polars: one by name, or all of them in a dict."""
-        if name is not None:
-            return self.frame(name, "polars")
-        return {n: self.frame(n, "polars") for n in SWEEP_FRAMES}
 
     def to_parquet(self, directory: str | os.PathLike[str]) -> dict[str, Path]:
         """Write every merged frame as ``<directory>/<frame>.parquet`` (and the index)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        paths = super().to_parquet(directory)
         out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {}
-        for name in SWEEP_FRAMES:
-            paths[name] = out / f"{name}.parquet"
-            pq.write_table(self.arrow(name), paths[name])
         paths["index"] = out / "index.parquet"
         pq.write_table(pa.Table.from_pandas(self.index, preserve_index=False), paths["index"])
         return paths

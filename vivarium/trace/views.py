@@ -1,0 +1,80 @@
+"""The frame views a Run and a Sweep share: every frame as pandas, polars, Arrow or Parquet.
+
+A subclass gives ``arrow(name)`` (the one source: a cached Arrow table) and may add to
+``FRAME_NAMES``; the rest is here once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vivarium.trace.frames import FRAME_NAMES
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import polars as pl
+
+
+class FrameViews:
+    frame_names: tuple[str, ...] = FRAME_NAMES
+
+    def arrow(self, name: str) -> Any:
+        raise NotImplementedError
+
+    def frame(self, name: str, kind: str = "pandas") -> Any:
+        """A frame as ``pandas`` (default), ``polars`` or ``arrow``."""
+        from vivarium.trace import frames
+
+        table = self.arrow(name)
+        if kind == "pandas":
+            return frames.to_pandas(table)
+        if kind == "polars":
+            return frames.to_polars(table)
+        if kind == "arrow":
+            return table
+        raise ValueError(f"kind must be 'pandas', 'polars' or 'arrow', not {kind!r}")
+
+    @property
+    def actions(self) -> pd.DataFrame:
+        """One row per agent decision: step, seq, agent_id, action, arguments, outcome..."""
+        return self.frame("actions")
+
+    @property
+    def messages(self) -> pd.DataFrame:
+        return self.frame("messages")
+
+    @property
+    def llm_calls(self) -> pd.DataFrame:
+        return self.frame("llm_calls")
+
+    @property
+    def transitions(self) -> pd.DataFrame:
+        return self.frame("transitions")
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self.frame("steps")
+
+    @property
+    def agents(self) -> pd.DataFrame:
+        return self.frame("agents")
+
+    def to_polars(self, name: str | None = None) -> pl.DataFrame | dict[str, pl.DataFrame]:
+        """The frames as polars: one by name, or all of them in a dict."""
+        if name is not None:
+            return self.frame(name, "polars")
+        return {n: self.frame(n, "polars") for n in self.frame_names}
+
+    def to_parquet(self, directory: str | os.PathLike[str]) -> dict[str, Path]:
+        """Write every frame as ``<directory>/<frame>.parquet``; returns the paths."""
+        import pyarrow.parquet as pq
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for name in self.frame_names:
+            paths[name] = out / f"{name}.parquet"
+            pq.write_table(self.arrow(name), paths[name])
+        return paths
