@@ -331,9 +331,11 @@ class RandomBatch:
             self._ptr[i] = internal[_N]
             self._gauss[i] = gauss
         self._key_next = _twist(self._key)
-        self._buf = np.empty((n, 2 * _N), dtype=np.uint32)
-        self._buf[:, :_N] = _temper(self._key)
+        self._buf = np.zeros((n, 2 * _N), dtype=np.uint32)
+        if used:  # a fresh generator is at word 624: its current block is never read
+            self._buf[used, :_N] = _temper(self._key[used])
         self._buf[:, _N:] = _temper(self._key_next)
+
         self._rows = np.arange(n)
         self._consumed = np.zeros(n, dtype=np.int64)
         self._start_words = [p.words_drawn() for p in self.policies]
