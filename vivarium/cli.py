@@ -35,11 +35,14 @@ def _positive(name: str, minimum: int = 1) -> Callable[[str], int]:
     return parse
 
 
-def _add_run_flags(p: argparse.ArgumentParser, *, steps: int, agents: int) -> None:
+def _add_run_flags(p: argparse.ArgumentParser, *, steps: int, agents: int, db: bool = True) -> None:
     p.add_argument("--steps", type=_positive("--steps", 0), default=steps, help="steps to run")
     p.add_argument("--agents", type=_positive("--agents"), default=agents, help="number of agents")
     p.add_argument("--seed", type=_positive("--seed", 0), default=42, help="master seed")
-    p.add_argument("--db", type=Path, default=None, help="trace file (default runs/<name>.sqlite)")
+    if db:
+        p.add_argument(
+            "--db", type=Path, default=None, help="trace file (default runs/<name>.sqlite)"
+        )
     p.add_argument("--run-id", default=None, help="run id (default: derived from the config)")
     p.add_argument(
         "--scheduling", choices=["sequential", "simultaneous"], default=None, help="step semantics"
@@ -314,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ps = sub.add_parser("sweep", help="run a config over a grid of parameters and seeds")
     ps.add_argument("config", type=Path, help="config file (may hold a `sweep:` section)")
-    _add_run_flags(ps, steps=None, agents=None)  # type: ignore[arg-type]
+    _add_run_flags(ps, steps=None, agents=None, db=False)  # type: ignore[arg-type]
+
     ps.add_argument(
         "--grid",
         action="append",

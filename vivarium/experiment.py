@@ -13,7 +13,6 @@ from vivarium.errors import TraceError
 from vivarium.trace.views import FrameViews
 
 if TYPE_CHECKING:
-
     from vivarium.engine.engine import WorldEngine
     from vivarium.trace.db import TraceDb
 
@@ -24,7 +23,10 @@ def _agent_paths_exist(data: dict[str, Any], base: Path) -> bool:
     groups = data.get("agents")
     if not isinstance(groups, list):
         return False
-    folders = [g.get("agent") for g in groups if isinstance(g, dict) and g.get("agent")]
+    folders = [
+        g["agent"] for g in groups if isinstance(g, dict) and isinstance(g.get("agent"), str)
+    ]
+
     return bool(folders) and all((base / f).exists() for f in folders)
 
 

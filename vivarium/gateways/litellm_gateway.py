@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -196,7 +197,7 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
 
 
 def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) else 0
+    return int(value) if isinstance(value, int | float) and math.isfinite(value) else 0
 
 
 class LiteLLMGateway(GatewayBase):

@@ -14,6 +14,7 @@ a run, so every input becomes an allowed action or ``noop``, with the reason in 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -150,6 +151,8 @@ def _check(
         return f"bad arguments: {name}: {error}"
     if not isinstance(arguments, dict):
         return f"bad arguments: {name}: arguments must be a JSON object"
+    if not _finite(arguments):  # Python's JSON reader takes NaN and Infinity; the trace must not
+        return f"bad arguments: {name}: numbers must be finite (no NaN or Infinity)"
     model = arg_models.get(name)
     if model is not None:
         try:
@@ -159,6 +162,18 @@ def _check(
         except Exception as exc:  # a user validator that raises something else
             return f"bad arguments: {name}: {exc}"
     return dict(arguments)
+
+
+def _finite(value: Any, depth: int = 0) -> bool:
+    """No NaN or infinity anywhere in a JSON-like value (nesting past 64 counts as bad)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict | list | tuple):
+        if depth > 64:
+            return False
+        items = value.values() if isinstance(value, dict) else value
+        return all(_finite(v, depth + 1) for v in items)
+    return True
 
 
 # -- JSON in text ------------------------------------------------------------------------------
