@@ -409,7 +409,20 @@ def _bound_tree(tree: ast.AST, limits: Limits) -> None:
 _PARSE_LOCK = threading.Lock()
 
 
+@functools.lru_cache(maxsize=1024)
+def is_expression(source: str) -> bool:
+    """Whether ``source`` parses as one expression (thread-safe; nothing is evaluated)."""
+    try:
+        with _PARSE_LOCK, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(source, mode="eval")
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return False
+    return True
+
+
 def _parse(source: str, mode: str, limits: Limits) -> ast.AST:
+
     try:
         with _PARSE_LOCK, warnings.catch_warnings():  # "invalid escape sequence": not ours
             warnings.simplefilter("ignore")

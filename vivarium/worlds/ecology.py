@@ -44,7 +44,6 @@ received, by transfer or as the owner of an invoked artifact).
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
@@ -319,11 +318,10 @@ def _content_text(content: str | dict[str, Any] | list[Any]) -> str:
 
 def _method_mode(source: str) -> Literal["eval", "exec"]:
     """An expression is evaluated; anything else is run as statements that assign ``result``."""
-    try:
-        ast.parse(source, mode="eval")
-    except SyntaxError:
-        return "exec"
-    return "eval"
+    from vivarium.workflow.safe_eval import is_expression
+
+    return "eval" if is_expression(source) else "exec"
+
 
 
 def _checked_methods(
