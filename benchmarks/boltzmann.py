@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from results import RESULTS, machine, write_section  # noqa: E402
+from results import measure_in_child as _measure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "boltzmann"
@@ -126,19 +124,6 @@ def vivarium_side(agents: int, steps: int) -> dict[str, Any]:
         }
 
 
-def measure(side: str, agents: int, steps: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", side, str(agents), str(steps)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "VIVARIUM_PROGRESS": "0"},
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"{side} {agents}x{steps} failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", nargs=3, metavar=("SIDE", "AGENTS", "STEPS"))
@@ -161,7 +146,7 @@ def main() -> None:
     best: dict[str, dict[str, Any]] = {}
     for i in range(args.repeat):
         for side in ("mesa", "vivarium") if i % 2 == 0 else ("vivarium", "mesa"):
-            r = measure(side, agents, steps)
+            r = _measure(__file__, side, agents, steps)
             print(
                 f"  {side:8s}: run {r['run_s']:.2f} s ({r['run_s'] / steps * 1e3:.2f} ms/step), "
                 f"+DataFrame {r['total_s']:.2f} s; total wealth {r['total_wealth']}, "

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from results import RESULTS, machine, write_section  # noqa: E402
+from results import measure_in_child as _measure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "phase1_vs_mesa"
@@ -118,20 +116,6 @@ def child(side: str, agents: int, steps: int) -> None:
     print(json.dumps(fn(agents, steps)))
 
 
-def measure(side: str, agents: int, steps: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", side, str(agents), str(steps)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "VIVARIUM_PROGRESS": "0"},
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"{side} {agents}x{steps} failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-# -- RESULTS.md --------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", nargs=3, metavar=("SIDE", "AGENTS", "STEPS"))
@@ -155,7 +139,7 @@ def main() -> None:
         best: dict[str, dict[str, Any]] = {}
         for i in range(args.repeat):
             for side in ("mesa", "vivarium") if i % 2 == 0 else ("vivarium", "mesa"):
-                result = measure(side, agents, steps)
+                result = _measure(__file__, side, agents, steps)
                 assert result["rows"] == decisions, (side, result)
                 print(
                     f"  {agents}x{steps} {side:8s}: {result['seconds']:.2f} s "

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -40,3 +43,17 @@ def write_section(name: str, body: str) -> None:
     tmp = RESULTS.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(RESULTS)
+
+
+def measure_in_child(script: str, side: str, agents: int, steps: int) -> dict[str, Any]:
+    """Run ``script --child SIDE AGENTS STEPS`` in a fresh process; its last line is JSON."""
+    out = subprocess.run(
+        [sys.executable, script, "--child", side, str(agents), str(steps)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "VIVARIUM_PROGRESS": "0"},
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"{side} {agents}x{steps} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])

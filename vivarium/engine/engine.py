@@ -72,7 +72,8 @@ def _quoted_names(names: tuple[str, ...]) -> np.ndarray:
 def _event_arguments_json(values: np.ndarray, emitting: np.ndarray, t: int) -> str:
     """The JSON array of emit_event arguments (each a JSON string), null where no event.
 
-    Byte-for-byte what ``encode_column`` makes of ``emit_event_arguments_json`` strings.
+    Byte-for-byte what ``encode_column`` makes of the canonical JSON of each request's
+    arguments on the per-agent path (a test checks the two paths write identical files).
     """
     items = np.full(len(values), "null", dtype=object)
     prefix = '"{\\"seen_time_step\\":' + str(t) + ',\\"value\\":'

@@ -129,10 +129,6 @@ class GatewayBase:
         return await self.acomplete(LLMRequest(**request))
 
 
-def as_request(request: LLMRequest | dict[str, Any]) -> LLMRequest:
-    return request if isinstance(request, LLMRequest) else LLMRequest(**request)
-
-
 # -- call records ------------------------------------------------------------------------------
 @dataclass(slots=True)
 class CallRecord:

@@ -203,11 +203,6 @@ ARGUMENT_MAKERS = {
 }
 
 
-def emit_event_arguments_json(value: int, time_step: int) -> str:
-    """The canonical JSON of emit_event's arguments (sorted keys), as the batch path writes it."""
-    return f'{{"seen_time_step":{time_step},"value":{value}}}'
-
-
 # -- MT19937, vectorised across agents ---------------------------------------------------------
 _N, _M = 624, 397
 _UPPER, _LOWER, _MATRIX_A = 0x80000000, 0x7FFFFFFF, 0x9908B0DF

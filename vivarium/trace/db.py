@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from vivarium.errors import TraceError
 from vivarium.trace.records import StepRecord
@@ -384,10 +383,6 @@ class TraceDb:
                 con.execute("UPDATE runs SET steps = ?", (steps,))
 
         self._submit(job)
-
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
-        """Run one write statement on the writer thread (for extensions that add rows)."""
-        self._submit(lambda con: con.execute(sql, params))
 
     def close(self) -> None:
         if self._closed:

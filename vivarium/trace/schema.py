@@ -19,10 +19,6 @@ SEQ_BITS = 24
 MAX_AGENTS_PER_STEP = 1 << SEQ_BITS
 
 
-def row_id(step: int, seq: int) -> int:
-    return (step << SEQ_BITS) | seq
-
-
 DDL = """
 CREATE TABLE meta (
     key TEXT PRIMARY KEY,

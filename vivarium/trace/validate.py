@@ -7,7 +7,6 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vivarium.errors import TraceError
 from vivarium.trace.db import TraceDb
 from vivarium.trace.records import ACTION_COLUMNS, GENESIS_HASH, chain_hash
 from vivarium.trace.schema import SEQ_BITS
@@ -132,10 +131,3 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
             f"run status is '{status}' with {report.steps_found} of {planned} steps committed "
             "(resume it with `vvm resume`)"
         )
-
-
-def require_valid(path: str | Path) -> ValidationReport:
-    report = validate_trace(path)
-    if report.status == "corrupt":
-        raise TraceError(f"{path} is corrupt: {report.problems[0]}")
-    return report

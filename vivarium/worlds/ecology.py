@@ -323,7 +323,6 @@ def _method_mode(source: str) -> Literal["eval", "exec"]:
     return "eval" if is_expression(source) else "exec"
 
 
-
 def _checked_methods(
     executable: bool, price: int, methods: Mapping[str, str] | None
 ) -> dict[str, str]:
