@@ -1,11 +1,12 @@
 """LLM decisions run concurrently within a step: wall time against the ideal and one-at-a-time.
 
-    python benchmarks/llm_concurrency.py [--agents 64] [--steps 5] [--latency-ms 100]
+    python benchmarks/llm_concurrency.py [--agents 64] [--steps 5] [--latency-ms 100] [--no-write]
 
 The project's OpenAI-compatible test server answers every call after a fixed latency, from its
 own process (so it does not share the client's GIL); agents reach it through the real
-LiteLLMGateway. The ideal wall time is steps x latency (every call of a step in flight at
-once); one-at-a-time is agents x steps x latency.
+LiteLLMGateway, by both of its transports (direct HTTP, the default for an ``openai/`` model on
+an ``api_base``, and litellm). The ideal wall time is steps x latency (every call of a step in
+flight at once); one-at-a-time is agents x steps x latency.
 
 The CPU each decision costs is measured layer by layer, because on a small machine it, not the
 latency, bounds a step of 64 concurrent calls: the engine alone (an async policy that does
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -30,6 +30,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from vivarium import ActionRequest, Experiment, TraceDb, WorldEngine, WorldEngineConfig  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import machine, write_section  # noqa: E402
+
+SECTION = "llm_concurrency"
 
 
 class Instant:
@@ -85,22 +90,31 @@ def timed_run(folder: Path, name: str, agents: int, steps: int, **llm: object) -
     return elapsed
 
 
+def fake_server(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.fake_openai", "--latency-ms", str(latency_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    return server, server.stdout.readline().strip()  # type: ignore[union-attr]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--latency-ms", type=float, default=100.0)
+    parser.add_argument("--repeats", type=int, default=3, help="best of N for each concurrent run")
     parser.add_argument("--sequential-steps", type=int, default=1, help="steps timed one at a time")
+    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     args = parser.parse_args()
     n, steps, latency = args.agents, args.steps, args.latency_ms / 1000
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.fake_openai", "--latency-ms", str(args.latency_ms)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
+    ideal = steps * latency
+    server, base = fake_server(args.latency_ms)
+    zero, zero_base = fake_server(0)
+    rows: list[tuple[str, str, str]] = []
     try:
-        base = server.stdout.readline().strip()  # type: ignore[union-attr]
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             common: dict[str, Any] = {
@@ -109,56 +123,99 @@ def main() -> None:
                 "api_key": "sk-bench",
                 "force_tool": True,
             }
-            timed_run(folder, "warmup", 4, 1, **common)  # imports litellm, opens connections
+            for transport in ("direct", "litellm"):  # imports, opens connections
+                timed_run(folder, f"warm{transport}", 4, 1, transport=transport, **common)
             print(f"llm concurrency: {n} agents x {steps} steps, {args.latency_ms:.0f} ms per call")
-            print(f"python {platform.python_version()}, {os.cpu_count()} cores")
-            for graph in (True, False):
-                label = "LangGraph policy" if graph else "plain policy    "
-                wall = timed_run(
-                    folder, f"conc{graph}", n, steps, max_concurrency=n, graph=graph, **common
+            print(machine())
+            print(f"  wall time, best of {args.repeats} (ideal {ideal:.2f} s):")
+            for transport, graph in (
+                ("direct", False),
+                ("direct", True),
+                ("litellm", False),
+                ("litellm", True),
+            ):
+                label = f"{transport} transport, {'LangGraph' if graph else 'plain'} policy"
+                wall = min(
+                    timed_run(
+                        folder,
+                        f"c{transport}{graph}{k}",
+                        n,
+                        steps,
+                        max_concurrency=n,
+                        graph=graph,
+                        transport=transport,
+                        **common,
+                    )
+                    for k in range(args.repeats)
                 )
-                ideal = steps * latency
-                print(
-                    f"  {label} concurrent: {wall:6.2f} s = {wall / ideal:4.1f}x ideal ({ideal:.2f} s)"
-                )
+                print(f"    {label:38s} {wall:6.2f} s = {wall / ideal:4.2f}x ideal")
+                rows.append((label, f"{wall:.2f} s", f"{wall / ideal:.2f}x"))
             seq = timed_run(
                 folder, "seq", n, args.sequential_steps, max_concurrency=1, graph=False, **common
             )
             one_at_a_time = seq / args.sequential_steps * steps
-            print(
-                f"  one call at a time: {one_at_a_time:6.2f} s (measured over {args.sequential_steps} step(s))"
+            print(f"    {'one call at a time (direct, plain)':38s} {one_at_a_time:6.2f} s")
+            rows.append(
+                (
+                    "one call at a time (direct, plain)",
+                    f"{one_at_a_time:.1f} s",
+                    f"{one_at_a_time / ideal:.0f}x",
+                )
             )
-            print("CPU per decision (no latency):")
-            print(f"  engine alone                  {engine_overhead_ms(folder, n, 50):6.3f} ms")
+
+            cpu: list[tuple[str, float]] = []
+            cpu.append(("engine alone", engine_overhead_ms(folder, n, 50)))
             for graph in (False, True):
                 mock = timed_run(
                     folder, f"mock{graph}", n, 20, model="mock", mock=True, graph=graph
                 )
-                label = "engine + LangGraph policy" if graph else "engine + plain policy    "
-                print(f"  {label}     {mock / (n * 20) * 1000:6.3f} ms")
-            zero = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.fake_openai", "--latency-ms", "0"],
-                stdout=subprocess.PIPE,
-                text=True,
-                cwd=ROOT,
-            )
-            try:
-                zero_base = zero.stdout.readline().strip()  # type: ignore[union-attr]
+                policy = "LangGraph" if graph else "plain"
+                cpu.append((f"engine + {policy} policy (mock model)", mock / (n * 20) * 1000))
+            for transport in ("direct", "litellm"):
                 wall = timed_run(
                     folder,
-                    "zero",
+                    f"zero{transport}",
                     n,
                     10,
                     max_concurrency=n,
                     graph=False,
+                    transport=transport,
                     **{**common, "api_base": zero_base},
                 )
-                print(f"  + litellm (0 ms server)       {wall / (n * 10) * 1000:6.3f} ms")
-            finally:
-                zero.terminate()
+                cpu.append(
+                    (
+                        f"engine + plain policy + {transport} call (0 ms server)",
+                        wall / (n * 10) * 1000,
+                    )
+                )
+            print("  time per decision with no latency (CPU-bound):")
+            for label, ms in cpu:
+                print(f"    {label:52s} {ms:6.3f} ms")
     finally:
-        server.terminate()
-        server.wait()
+        for process in (server, zero):
+            process.terminate()
+            process.wait()
+    if not args.no_write:
+        lines = [
+            f"Machine: {machine()}.",
+            "",
+            f"{n} LLM agents x {steps} steps against the project's OpenAI-compatible test server",
+            f"(its own process) answering every call after {args.latency_ms:.0f} ms; `force_tool`, simultaneous",
+            f"scheduling, `max_concurrency` {n}. Ideal: every call of a step in flight at once,",
+            f"{steps} x {args.latency_ms:.0f} ms = {ideal:.2f} s. Wall time of `Experiment.run`, best of {args.repeats}.",
+            "",
+            "| path | wall time | vs ideal |",
+            "|---|---|---|",
+            *[f"| {label} | {wall} | {ratio} |" for label, wall, ratio in rows],
+            "",
+            "Time per decision when the server answers at once (the run is CPU-bound, so this is",
+            "the CPU each decision costs on one core):",
+            "",
+            "| layer | ms per decision |",
+            "|---|---|",
+            *[f"| {label} | {ms:.3f} |" for label, ms in cpu],
+        ]
+        write_section(SECTION, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -205,8 +205,34 @@ def test_real_llm_then_offline_replay(tmp_path: Path, llm_server_reason: str | N
             str(recorded),
         )
         assert out.returncode == 0, out.stderr
+        # The same first step through litellm instead of the direct transport (the default
+        # for an openai/ model on an api_base): the server must see the same prompts.
+        via_litellm = tmp_path / "litellm.sqlite"
+        out = run_cli(
+            *common,
+            "--steps",
+            "1",
+            "--transport",
+            "litellm",
+            "--cache",
+            str(tmp_path / "litellm.cassette"),
+            "--api-base",
+            base,
+            "--cache-mode",
+            "record",
+            "--db",
+            str(via_litellm),
+        )
+        assert out.returncode == 0, out.stderr
+    first_step = (
+        "SELECT request_hash, prompt_tokens FROM llm_calls WHERE step = 0 AND error IS NULL"
+    )
+    direct_prompts = table(recorded, first_step)
+    assert len(direct_prompts) == 3 and all(tokens > 10 for _, tokens in direct_prompts)
+    assert sorted(table(via_litellm, first_step)) == sorted(direct_prompts)
     run = Run.open(recorded)
     calls = run.llm_calls
+
     assert len(run.actions) == 9 and len(calls) >= 9
     ok = calls[calls["error"].isna()]
     assert len(ok) == 9 and ok["prompt_tokens"].gt(10).all() and ok["completion_tokens"].gt(0).all()

@@ -145,6 +145,7 @@ def _llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
         ("model", "model"),
         ("api_base", "api_base"),
         ("api_key", "api_key"),
+        ("transport", "transport"),
         ("temperature", "temperature"),
         ("max_tokens", "max_tokens"),
         ("max_concurrency", "max_concurrency"),
@@ -266,7 +267,14 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_argument(
         "--api-key", default=None, help="API key (or env VIVARIUM_API_KEY); never recorded"
     )
+    llm.add_argument(
+        "--transport",
+        choices=["auto", "litellm", "direct"],
+        default=None,
+        help="auto (default): openai/ models on --api-base over plain HTTP, the rest via litellm",
+    )
     llm.add_argument("--temperature", type=float, default=None)
+
     llm.add_argument("--max-tokens", type=_positive("--max-tokens"), default=None)
     llm.add_argument("--system-prompt", default=None)
     llm.add_argument(
@@ -311,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     rz = pz.add_argument_group("LLM (what the trace does not record)")
     rz.add_argument("--api-base", default=None)
     rz.add_argument("--api-key", default=None)
+    rz.add_argument("--transport", choices=["auto", "litellm", "direct"], default=None)
+
     rz.add_argument("--cache", type=Path, default=None)
     rz.add_argument("--cache-mode", choices=["record", "replay", "auto"], default=None)
     pz.set_defaults(func=_cmd_resume)

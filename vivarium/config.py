@@ -27,6 +27,7 @@ LLM_TRANSPORT_FIELDS = frozenset(
         "max_concurrency",
         "rate_limit_rpm",
         "rate_limit_tpm",
+        "transport",
     }
 )
 
@@ -41,6 +42,11 @@ class LLMConfig(BaseModel):
     mock: bool = Field(default=False, description="answer with the deterministic MockLLMGateway")
     api_base: str | None = Field(default=None, description="e.g. http://127.0.0.1:8080/v1")
     api_key: SecretStr | None = Field(default=None, description="never recorded or printed")
+    transport: Literal["auto", "litellm", "direct"] = Field(
+        default="auto",
+        description="auto: openai/ models on an api_base go straight over HTTP, others via litellm",
+    )
+
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(default=128, ge=1, le=32768)
     system_prompt: str | None = None

@@ -21,9 +21,15 @@ MODEL = "openai/fake-model"
 KEY = "sk-test-SECRET-4242-abcdef"
 
 
-def gateway(server: FakeOpenAIServer, **kwargs) -> LiteLLMGateway:
+@pytest.fixture(params=["litellm", "direct"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Every behaviour below holds through litellm and through the direct HTTP transport."""
+    return str(request.param)
+
+
+def gateway(server: FakeOpenAIServer, transport: str, **kwargs) -> LiteLLMGateway:
     options = {"api_key": KEY, "timeout": 5.0, "retry_backoff": 0.01, "max_backoff": 0.05}
-    return LiteLLMGateway(api_base=server.base_url, **{**options, **kwargs})
+    return LiteLLMGateway(api_base=server.base_url, transport=transport, **{**options, **kwargs})
 
 
 def chat(gw: LiteLLMGateway, text: str = "hello", **kwargs) -> tuple[LLMResponse, list]:
@@ -32,8 +38,8 @@ def chat(gw: LiteLLMGateway, text: str = "hello", **kwargs) -> tuple[LLMResponse
     return reply, records
 
 
-def test_normal_reply_is_normalized(server: FakeOpenAIServer) -> None:
-    reply, records = chat(gateway(server), seed=3, temperature=0.0, max_tokens=50)
+def test_normal_reply_is_normalized(server: FakeOpenAIServer, transport: str) -> None:
+    reply, records = chat(gateway(server, transport), seed=3, temperature=0.0, max_tokens=50)
     served = server.replies[0]
     assert served is not None
     assert reply.finish_reason == "tool_calls"
@@ -62,8 +68,8 @@ def test_normal_reply_is_normalized(server: FakeOpenAIServer) -> None:
     assert record.latency_ms == reply.latency_ms
 
 
-def test_forced_tool_and_plain_text(server: FakeOpenAIServer) -> None:
-    gw = gateway(server)
+def test_forced_tool_and_plain_text(server: FakeOpenAIServer, transport: str) -> None:
+    gw = gateway(server, transport)
     forced = gw.chat(
         model=MODEL, messages=messages(), tools=TOOLS + [VOTE], tool_choice=force("vote")
     )
@@ -75,10 +81,10 @@ def test_forced_tool_and_plain_text(server: FakeOpenAIServer) -> None:
     assert text.finish_reason == "stop"
 
 
-def test_retries_500_and_429_then_succeeds() -> None:
+def test_retries_500_and_429_then_succeeds(transport: str) -> None:
     slept: list[float] = []
     with FakeOpenAIServer(faults=["500", "429"], retry_after=1.5) as server:
-        reply, records = chat(gateway(server, sleep=slept.append))
+        reply, records = chat(gateway(server, transport, sleep=slept.append))
     assert server.request_count == 3
     assert reply.tool_calls[0].arguments == {"content": "fake reply 2"}
     assert [r.attempt for r in records] == [1, 2, 3]
@@ -90,14 +96,16 @@ def test_retries_500_and_429_then_succeeds() -> None:
     assert slept[1] == 1.5  # the server's Retry-After
 
 
-def test_async_retry_after_is_honoured() -> None:
+def test_async_retry_after_is_honoured(transport: str) -> None:
     slept: list[float] = []
 
     async def fake_sleep(seconds: float) -> None:
         slept.append(seconds)
 
     async def main(server: FakeOpenAIServer) -> LLMResponse:
-        return await gateway(server, sleep=fake_sleep).achat(model=MODEL, messages=messages())
+        return await gateway(server, transport, sleep=fake_sleep).achat(
+            model=MODEL, messages=messages()
+        )
 
     with FakeOpenAIServer(faults=["429"], retry_after=2.0) as server:
         reply = asyncio.run(main(server))
@@ -105,9 +113,9 @@ def test_async_retry_after_is_honoured() -> None:
     assert slept == [2.0]
 
 
-def test_gives_up_after_num_retries() -> None:
+def test_gives_up_after_num_retries(transport: str) -> None:
     with FakeOpenAIServer(faults=["503"], cycle=True) as server:
-        gw = gateway(server, num_retries=2)
+        gw = gateway(server, transport, num_retries=2)
         with collect_calls() as records, pytest.raises(LLMCallError) as info:
             gw.chat(model=MODEL, messages=messages())
     error = info.value
@@ -122,23 +130,23 @@ def test_gives_up_after_num_retries() -> None:
 @pytest.mark.parametrize(
     ("fault", "kind"), [("400", "bad_request"), ("401", "auth"), ("404", "not_found")]
 )
-def test_client_errors_are_not_retried(fault: str, kind: str) -> None:
+def test_client_errors_are_not_retried(fault: str, kind: str, transport: str) -> None:
     with (
         FakeOpenAIServer(faults=[fault], cycle=True) as server,
         collect_calls() as records,
         pytest.raises(LLMCallError) as info,
     ):
-        gateway(server, num_retries=3).chat(model=MODEL, messages=messages())
+        gateway(server, transport, num_retries=3).chat(model=MODEL, messages=messages())
     assert server.request_count == 1
     assert info.value.retryable is False and info.value.kind == kind
     assert "after 1 attempt)" in str(info.value)
     assert len(records) == 1
 
 
-def test_timeout_is_retried() -> None:
+def test_timeout_is_retried(transport: str) -> None:
     with FakeOpenAIServer(faults=["timeout"], timeout_s=3.0) as server:
         started = time.perf_counter()
-        reply, records = chat(gateway(server, timeout=0.3))
+        reply, records = chat(gateway(server, transport, timeout=0.3))
         elapsed = time.perf_counter() - started
     assert reply.tool_calls[0].name == "post_message"
     assert server.request_count == 2
@@ -147,29 +155,31 @@ def test_timeout_is_retried() -> None:
     assert elapsed < 2.5  # the client gave up after its timeout, not after the server's sleep
 
 
-def test_timeout_every_time_gives_a_timeout_error() -> None:
+def test_timeout_every_time_gives_a_timeout_error(transport: str) -> None:
     with (
         FakeOpenAIServer(faults=["timeout"], cycle=True, timeout_s=3.0) as server,
         pytest.raises(LLMCallError) as info,
     ):
-        gateway(server, timeout=0.2, num_retries=1).chat(model=MODEL, messages=messages())
+        gateway(server, transport, timeout=0.2, num_retries=1).chat(
+            model=MODEL, messages=messages()
+        )
     assert info.value.kind == "timeout" and info.value.retryable
     assert server.request_count == 2
 
 
-def test_not_json_and_truncated_bodies_are_retried_and_told_apart() -> None:
+def test_not_json_and_truncated_bodies_are_retried_and_told_apart(transport: str) -> None:
     with FakeOpenAIServer(faults=["not_json", "close_mid_body"]) as server:
-        reply, records = chat(gateway(server))
+        reply, records = chat(gateway(server, transport))
     assert reply.tool_calls[0].arguments == {"content": "fake reply 2"}
     assert "not JSON" in records[0].error
     assert "connection broken" in records[1].error
     assert records[0].error != records[1].error
 
 
-def test_bad_tool_arguments_are_kept_not_raised() -> None:
+def test_bad_tool_arguments_are_kept_not_raised(transport: str) -> None:
     faults = ["bad_tool_args", "raw_newline_args", "wrong_types", "unknown_tool", "empty"]
     with FakeOpenAIServer(faults=faults) as server:
-        gw = gateway(server)
+        gw = gateway(server, transport)
         bad, newline, wrong, unknown, empty = (chat(gw, str(i))[0] for i in range(5))
     (call,) = bad.tool_calls
     assert call.arguments == {}
@@ -185,9 +195,9 @@ def test_bad_tool_arguments_are_kept_not_raised() -> None:
     assert server.request_count == 5  # none of these is retried
 
 
-def test_async_achat_retries_and_runs_concurrently() -> None:
+def test_async_achat_retries_and_runs_concurrently(transport: str) -> None:
     async def main(server: FakeOpenAIServer) -> list[tuple[LLMResponse, list]]:
-        gw = gateway(server)
+        gw = gateway(server, transport)
 
         async def one(i: int) -> tuple[LLMResponse, list]:
             with collect_calls() as records:
@@ -209,18 +219,18 @@ def test_async_achat_retries_and_runs_concurrently() -> None:
     assert elapsed < 6 * 0.3 + 1.5  # far less than one at a time
 
 
-def test_api_key_never_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_key_never_leaks(monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
     env_key = "sk-env-ONLY-7777-zzzz"
     monkeypatch.setenv("OPENAI_API_KEY", env_key)
     # the 401 reply echoes the Authorization header it rejected
     with FakeOpenAIServer(faults=["401", "500", "500", "500"]) as server:
-        gw = gateway(server, num_retries=2)
+        gw = gateway(server, transport, num_retries=2)
         with collect_calls() as records, pytest.raises(LLMCallError) as auth:
             gw.chat(model=MODEL, messages=messages())
         with collect_calls() as more, pytest.raises(LLMCallError) as server_error:
             gw.chat(model=MODEL, messages=messages("again"))
         ok = gw.chat(model=MODEL, messages=messages("fine"))
-        env_gw = LiteLLMGateway(api_base=server.base_url, api_key=env_key)
+        env_gw = LiteLLMGateway(api_base=server.base_url, transport=transport, api_key=env_key)
         env_reply = env_gw.chat(model=MODEL, messages=messages("env"))
     assert "***" in str(auth.value)  # the echoed key was scrubbed
     texts = [
@@ -245,8 +255,8 @@ def test_api_key_never_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert KEY not in repr(clone) and clone._kwargs(request)["api_key"] == KEY
 
 
-def test_local_server_gets_a_placeholder_key(server: FakeOpenAIServer) -> None:
-    gw = LiteLLMGateway(api_base=server.base_url)
+def test_local_server_gets_a_placeholder_key(server: FakeOpenAIServer, transport: str) -> None:
+    gw = LiteLLMGateway(api_base=server.base_url, transport=transport)
     assert gw.chat(model=MODEL, messages=messages()).content
     assert server.headers[0]["authorization"] == "Bearer sk-local"
 

@@ -10,6 +10,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.helpers import TimedServer
 from vivarium import Experiment, Run
 from vivarium.gateways.litellm_gateway import LiteLLMGateway
@@ -84,7 +86,10 @@ def busiest(times: list[float], window: float) -> int:
     return most
 
 
-def test_a_200_step_run_survives_every_fault_and_records_each(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_a_200_step_run_survives_every_fault_and_records_each(
+    tmp_path: Path, transport: str
+) -> None:
     db = tmp_path / "faults.sqlite"
     with TimedServer(faults=SCHEDULE, cycle=True, retry_after=RETRY_AFTER, timeout_s=0.8) as server:
         exp = Experiment(
@@ -97,6 +102,7 @@ def test_a_200_step_run_survives_every_fault_and_records_each(tmp_path: Path) ->
             llm={
                 "model": "openai/fake",
                 "api_base": server.base_url,
+                "transport": transport,
                 "force_tool": True,
                 "timeout": 0.3,  # the "timeout" fault hangs for 0.8 s; the client gives up first
                 "num_retries": RETRIES,
@@ -173,12 +179,14 @@ def test_a_200_step_run_survives_every_fault_and_records_each(tmp_path: Path) ->
     )
 
 
-def test_blocking_calls_take_the_limiter_for_every_attempt_too() -> None:
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_blocking_calls_take_the_limiter_for_every_attempt_too(transport: str) -> None:
     """``gateway.chat`` (the blocking path) also waits for the limiter before each retry."""
     with TimedServer(faults=["500", "429", "not_json", None], retry_after=0.01) as server:
         llm = {
             "model": "openai/fake",
             "api_base": server.base_url,
+            "transport": transport,
             "num_retries": 3,
             "rate_limit_rpm": 2,
         }

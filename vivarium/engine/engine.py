@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from vivarium.engine.deciding import Decider, Decision
+from vivarium.engine.deciding import Decider, Decision, older_objects_frozen
 from vivarium.errors import ConfigError
 from vivarium.policies.base import AgentPolicy, policy_name
 from vivarium.policies.random import RandomBatch
@@ -370,7 +370,7 @@ class WorldEngine:
     ) -> str:
         """Run ``steps`` more steps; returns the final state hash. ``progress`` is a tqdm-like bar."""
         self._ensure_run_recorded(self.next_step + steps)
-        with self._finishing(finish):
+        with self._finishing(finish), older_objects_frozen(self.decider.any_async):
             for _ in range(steps):
                 record = self.step()
                 if progress is not None:
@@ -386,7 +386,10 @@ class WorldEngine:
         from vivarium.engine.autonomous import run_autonomous
 
         self._ensure_run_recorded(0)
-        with self._finishing(finish, autonomous=True):
+        with (
+            self._finishing(finish, autonomous=True),
+            older_objects_frozen(self.decider.any_async),
+        ):
             run_autonomous(self, config, progress=progress)
         return self.state_hash
 

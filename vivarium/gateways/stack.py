@@ -31,6 +31,7 @@ def build_provider(llm: LLMConfig, seed: int, limiter: RateLimiter | None = None
         timeout=llm.timeout,
         num_retries=llm.num_retries,
         limiter=limiter,
+        transport=llm.transport,
     )
 
 

@@ -255,8 +255,10 @@ class CognitiveState(TypedDict, total=False):
 
 class CognitiveAgentPolicy(_CognitiveCore):
     """The same pipeline as a LangGraph ``StateGraph``: build_messages -> call_model ->
-    parse_action, compiled once per policy. ``decide`` invokes it, ``adecide`` awaits it (the
-    call_model node then uses ``gateway.achat``)."""
+    parse_action, compiled once per policy. ``decide`` invokes ``graph``; ``adecide`` awaits
+    ``agraph``, the same graph with ``async`` nodes (LangGraph would run plain functions in a
+    worker thread, a thread hop per node that costs more than the node), whose call_model node
+    uses ``gateway.achat``."""
 
     def __init__(
         self,
@@ -268,21 +270,28 @@ class CognitiveAgentPolicy(_CognitiveCore):
         **overrides: Any,
     ) -> None:
         super().__init__(gateway, config, registry, master_seed=master_seed, **overrides)
-        self.graph = self._compile()
+        self.graph = self._compile(self._build_node, self._call_node, self._parse_node)
+        self.agraph = self._compile(self._abuild_node, self._acall_node, self._aparse_node)
 
-    def _compile(self) -> Any:
-        from langchain_core.runnables import RunnableLambda  # langgraph depends on it
+    @staticmethod
+    def _compile(build: Any, call: Any, parse: Any) -> Any:
         from langgraph.graph import END, START, StateGraph
 
         builder = StateGraph(CognitiveState)
-        builder.add_node("build_messages", self._build_node)
-        builder.add_node("call_model", RunnableLambda(self._call_node, afunc=self._acall_node))
-        builder.add_node("parse_action", self._parse_node)
+        builder.add_node("build_messages", build)
+        builder.add_node("call_model", call)
+        builder.add_node("parse_action", parse)
         builder.add_edge(START, "build_messages")
         builder.add_edge("build_messages", "call_model")
         builder.add_edge("call_model", "parse_action")
         builder.add_edge("parse_action", END)
         return builder.compile()
+
+    async def _abuild_node(self, state: CognitiveState) -> dict[str, Any]:
+        return self._build_node(state)
+
+    async def _aparse_node(self, state: CognitiveState) -> dict[str, Any]:
+        return self._parse_node(state)
 
     def _build_node(self, state: CognitiveState) -> dict[str, Any]:
         plan = self.plan(state["agent_id"], state["observation"])
@@ -327,7 +336,8 @@ class CognitiveAgentPolicy(_CognitiveCore):
     async def adecide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
-        final = await self.graph.ainvoke(self._initial(run_id, time_step, agent_id, observation))
+        final = await self.agraph.ainvoke(self._initial(run_id, time_step, agent_id, observation))
+
         return final["action"]
 
 
