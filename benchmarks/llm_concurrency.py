@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,7 +106,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--latency-ms", type=float, default=100.0)
-    parser.add_argument("--repeats", type=int, default=3, help="best of N for each concurrent run")
+    parser.add_argument("--repeats", type=int, default=5, help="best of N for each concurrent run")
     parser.add_argument("--sequential-steps", type=int, default=1, help="steps timed one at a time")
     parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     args = parser.parse_args()
@@ -135,7 +136,7 @@ def main() -> None:
                 ("litellm", True),
             ):
                 label = f"{transport} transport, {'LangGraph' if graph else 'plain'} policy"
-                wall = min(
+                walls = sorted(
                     timed_run(
                         folder,
                         f"c{transport}{graph}{k}",
@@ -148,8 +149,19 @@ def main() -> None:
                     )
                     for k in range(args.repeats)
                 )
-                print(f"    {label:38s} {wall:6.2f} s = {wall / ideal:4.2f}x ideal")
-                rows.append((label, f"{wall:.2f} s", f"{wall / ideal:.2f}x"))
+                wall, median = walls[0], statistics.median(walls)
+                print(
+                    f"    {label:38s} {wall:6.2f} s = {wall / ideal:4.2f}x ideal"
+                    f" (median {median / ideal:4.2f}x, worst {walls[-1] / ideal:4.2f}x)"
+                )
+                rows.append(
+                    (
+                        label,
+                        f"{wall:.2f} s",
+                        f"{wall / ideal:.2f}x (median {median / ideal:.2f}x, "
+                        f"worst {walls[-1] / ideal:.2f}x)",
+                    )
+                )
             seq = timed_run(
                 folder, "seq", n, args.sequential_steps, max_concurrency=1, graph=False, **common
             )
@@ -202,7 +214,8 @@ def main() -> None:
             f"{n} LLM agents x {steps} steps against the project's OpenAI-compatible test server",
             f"(its own process) answering every call after {args.latency_ms:.0f} ms; `force_tool`, simultaneous",
             f"scheduling, `max_concurrency` {n}. Ideal: every call of a step in flight at once,",
-            f"{steps} x {args.latency_ms:.0f} ms = {ideal:.2f} s. Wall time of `Experiment.run`, best of {args.repeats}.",
+            f"{steps} x {args.latency_ms:.0f} ms = {ideal:.2f} s. Wall time of `Experiment.run`, best of {args.repeats}",
+            "(median and worst in brackets: the LangGraph runs are CPU-bound and vary with the machine).",
             "",
             "| path | wall time | vs ideal |",
             "|---|---|---|",

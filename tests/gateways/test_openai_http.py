@@ -225,3 +225,19 @@ def test_blocking_calls_keep_one_connection_alive() -> None:
             (last,) = [c for k, c in openai_http._local.pool.items() if k[2] == server.port]
     assert len(records) == 5 and all(r.error is None for r in records)
     assert last is first and server.request_count == 5
+
+
+def test_auto_leaves_proxied_servers_to_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    remote = LiteLLMGateway(api_base="https://llm.example.org/v1")
+    local = LiteLLMGateway(api_base="http://127.0.0.1:8000/v1")
+    assert remote._direct_model("openai/m") == "m"
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.org:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    assert remote._direct_model("openai/m") is None  # through the proxy: litellm's client
+    assert local._direct_model("openai/m") == "m"  # NO_PROXY: direct
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example.org:3128")
+    monkeypatch.delenv("NO_PROXY")
+    assert local._direct_model("openai/m") is None

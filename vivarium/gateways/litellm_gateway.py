@@ -44,6 +44,7 @@ from vivarium.gateways.openai_http import (
     WireError,
     WireReply,
     apost,
+    behind_proxy,
     chat_body,
     chat_url,
     headers_for,
@@ -228,9 +229,11 @@ class LiteLLMGateway(GatewayBase):
     ``extra`` is passed to ``litellm.completion`` as is (e.g. ``{"drop_params": True}``); with
     ``transport="direct"`` it is merged into the request body instead.
     ``limiter`` (shared by a run's agents) admits each attempt, retries included.
-    ``transport``: ``"auto"`` calls ``openai/`` models with an ``api_base`` (and no ``extra``)
-    directly over HTTP and everything else through litellm; ``"litellm"`` always uses litellm;
-    ``"direct"`` always goes direct (``openai/`` or ``hosted_vllm/`` models only).
+    ``transport``: ``"auto"`` calls ``openai/`` models with an ``api_base`` (and no ``extra``,
+    and no proxy configured for it) directly over HTTP and everything else through litellm;
+    ``"litellm"`` always uses litellm; ``"direct"`` always goes direct (``openai/`` or
+    ``hosted_vllm/`` models only; blocking calls then ignore proxy settings).
+
     """
 
     def __init__(
@@ -323,7 +326,7 @@ class LiteLLMGateway(GatewayBase):
             return name
         if name is None or self.api_base is None or self.extra or not _aiohttp_available():
             return None
-        return name
+        return None if behind_proxy(self.api_base) else name
 
     def _direct_senders(self, request: LLMRequest, model: str) -> tuple[Any, Any]:
         """(blocking, async) senders of a direct call: the body litellm's openai provider

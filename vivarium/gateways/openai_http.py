@@ -19,6 +19,7 @@ import json
 import os
 import re
 import threading
+import urllib.request
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -88,6 +89,21 @@ def chat_body(request: Any, model: str, extra: Mapping[str, Any] | None = None) 
 
 def chat_url(api_base: str) -> str:
     return api_base.rstrip("/") + "/chat/completions"
+
+
+def behind_proxy(url: str) -> bool:
+    """Whether the environment routes ``url`` through a proxy (HTTP(S)_PROXY, NO_PROXY).
+
+    ``auto`` leaves such calls to litellm: the blocking client here does not speak to proxies.
+    """
+    if not _proxy_configured():  # the common case, checked cheaply on every call
+        return False
+    proxies = urllib.request.getproxies_environment()
+    parts = urlsplit(url)
+
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies)
 
 
 def headers_for(api_key: str | None) -> dict[str, str]:
@@ -224,15 +240,17 @@ async def _session() -> Any:
     )
     keeper = _closing(loop, session)
     with _sessions_lock:
+        for closed in [other for other in _sessions if other.is_closed()]:
+            del _sessions[closed]  # a loop closed without shutting its generators down
         _sessions[loop] = (session, keeper)
+
     await keeper.__anext__()  # registers it with the loop's async generators
     return session
 
 
 def _proxy_configured() -> bool:
-    return any(
-        os.environ.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "WS_PROXY")
-    ) or any(os.environ.get(name.lower()) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"))
+    names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+    return any(os.environ.get(name) or os.environ.get(name.lower()) for name in names)
 
 
 async def apost(
