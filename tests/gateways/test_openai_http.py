@@ -241,3 +241,24 @@ def test_auto_leaves_proxied_servers_to_litellm(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example.org:3128")
     monkeypatch.delenv("NO_PROXY")
     assert local._direct_model("openai/m") is None
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_a_server_restart_between_calls_costs_no_failed_attempt(blocking: bool) -> None:
+    """A kept-alive connection the server dropped is replaced, not reported as a fault."""
+    from vivarium.engine.deciding import run_async
+
+    def call(gw: LiteLLMGateway, text: str) -> LLMResponse:
+        if blocking:
+            return gw.chat(model=MODEL, messages=messages(text))
+        return run_async(gw.achat(model=MODEL, messages=messages(text)))
+
+    first = FakeOpenAIServer().start()
+    port = first.port
+    gw = LiteLLMGateway(api_base=first.base_url, transport="direct", num_retries=0)
+    assert call(gw, "before").content
+    first.stop()  # the pooled connection is now dead
+    with FakeOpenAIServer(port=port) as second, collect_calls() as records:
+        reply = call(gw, "after")
+        assert second.request_count == 1
+    assert reply.content and [r.error for r in records] == [None]

@@ -32,7 +32,9 @@ Faults (by request index, from a schedule, a cycling schedule or a callable):
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -64,8 +66,10 @@ class FakeOpenAIServer:
         retry_after: float | None = None,
         timeout_s: float = 5.0,
         model: str = "fake-model",
+        port: int = 0,
     ) -> None:
         self.latency_ms = latency_ms
+        self.requested_port = port  # 0: any free port
         self.reply_fn = reply
         self.faults = faults
         self.cycle = cycle
@@ -77,6 +81,7 @@ class FakeOpenAIServer:
         self.replies: list[dict[str, Any] | None] = []  # what each request got (None: a fault)
         self.in_flight = 0
         self.max_in_flight = 0
+        self.connections: set[Any] = set()  # open client sockets, closed by stop()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -85,7 +90,8 @@ class FakeOpenAIServer:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> FakeOpenAIServer:
         self._stop.clear()
-        self._httpd = _Server(("127.0.0.1", 0), _make_handler(self))
+        self._httpd = _Server(("127.0.0.1", self.requested_port), _make_handler(self))
+
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -98,6 +104,11 @@ class FakeOpenAIServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        with self._lock:  # a stopped server drops its kept-alive connections, as a real one does
+            connections, self.connections = list(self.connections), set()
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -237,6 +248,16 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
             pass
+
+        def setup(self) -> None:
+            super().setup()
+            with server._lock:
+                server.connections.add(self.connection)
+
+        def finish(self) -> None:
+            with server._lock:
+                server.connections.discard(self.connection)
+            super().finish()
 
         def _send_json(
             self, status: int, payload: Any, extra_headers: dict[str, str] | None = None
