@@ -52,3 +52,13 @@ def test_ecology_resume_equals_uninterrupted(tmp_path: Path) -> None:
         a = sqlite3.connect(full).execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
         b = sqlite3.connect(part).execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
         assert a == b, table
+
+
+def test_a_run_of_several_agent_groups_names_every_policy(tmp_path) -> None:
+    from tests.conftest import ROOT
+    from vivarium import Experiment
+
+    run = Experiment.from_file(ROOT / "data/experiments/ecology.yaml", steps=1).run(
+        tmp_path / "eco.sqlite", progress=False
+    )
+    assert run.metadata["policy"] == "random,workflow"

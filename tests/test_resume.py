@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import run_cli
 from vivarium import Experiment, Run, TraceDb
+from vivarium.errors import ConfigError
 from vivarium.experiment import resume_run
 from vivarium.trace.validate import validate_trace
 
@@ -79,3 +80,51 @@ def test_checkpoints_are_small_for_random_agents(tmp_path: Path) -> None:
     Experiment(agents=50, steps=4, checkpoint_every=2).run(db)
     (size,) = rows(db, "checkpoints")[0][3:4]
     assert len(size) < 50 * 80  # seed + word count per agent, not 625-word generator states
+
+
+def ecology_with_copied_agent(tmp_path: Path) -> tuple[Experiment, Path]:
+    """The ecology config with its workflow agent read from a copy the test may edit."""
+    import shutil
+
+    from tests.conftest import ROOT
+
+    folder = tmp_path / "alpha_2"
+    shutil.copytree(ROOT / "data/agents/alpha_2", folder)
+    exp = Experiment(
+        name="eco",
+        world="ecology",
+        steps=6,
+        seed=2,
+        checkpoint_every=2,
+        agents=[{"policy": "workflow", "agent": str(folder)}, {"policy": "random", "count": 2}],
+        llm={"mock": True},
+    )
+    return exp, folder
+
+
+def test_an_agent_folder_is_part_of_the_runs_identity(tmp_path: Path) -> None:
+    exp, folder = ecology_with_copied_agent(tmp_path)
+    same, _ = ecology_with_copied_agent(tmp_path / "again")  # same files, another place
+    digest = exp.config.identity()["agents"][0]["spec_digest"]
+    assert digest == same.config.identity()["agents"][0]["spec_digest"]
+    assert len(digest) == 64 and exp.config.identity()["agents"][1]["spec_digest"] is None
+    before = exp.config.resolved_run_id()
+    prompt = folder / "system_prompt.md"
+    prompt.write_text(prompt.read_text() + "\nBe brief.\n")
+    edited = exp.config.identity()["agents"][0]["spec_digest"]
+    assert edited != digest and exp.config.resolved_run_id() != before
+
+
+def test_resume_refuses_an_agent_folder_edited_since_the_run_began(tmp_path: Path) -> None:
+    exp, folder = ecology_with_copied_agent(tmp_path)
+    part = tmp_path / "part.sqlite"
+    interrupted(exp, part, 3)
+    recorded = Run.open(part).metadata["config"]["agents"][0]["spec_digest"]
+    assert recorded == exp.config.identity()["agents"][0]["spec_digest"]
+    agent_file = folder / "agent.yaml"
+    original = agent_file.read_text()
+    agent_file.write_text(original + "\n# edited\n")
+    with pytest.raises(ConfigError, match="has changed since the run was recorded"):
+        resume_run(part)
+    agent_file.write_text(original)  # put back: the run resumes and completes
+    assert resume_run(part).metadata["status"] == "complete"

@@ -74,15 +74,9 @@ def load_spec(folder: str, shared: dict[str, Any]) -> Any:
     """
     specs = shared.setdefault("specs", {})
     if folder not in specs:
-        from pathlib import Path
+        from vivarium.workflow.config import load_agent, resolve_agent_folder
 
-        from vivarium.workflow.config import load_agent
-
-        path = Path(folder)
-        base = shared.get("base_dir")
-        if not path.is_absolute() and base and (Path(base) / path).exists():
-            path = Path(base) / path
-        specs[folder] = load_agent(path)
+        specs[folder] = load_agent(resolve_agent_folder(folder, shared.get("base_dir")))
     return specs[folder]
 
 

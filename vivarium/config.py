@@ -97,6 +97,11 @@ class AgentGroup(BaseModel):
     id: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
     action_space: list[str] | None = Field(default=None, min_length=1)
     starting_scrip: int | None = Field(default=None, ge=0)
+    spec_digest: str | None = Field(
+        default=None,
+        pattern="^[0-9a-f]{64}$",
+        description="SHA-256 of the agent folder's files, as recorded with a run (set by Vivarium)",
+    )
 
     @field_validator("policy")
     @classmethod
@@ -180,7 +185,19 @@ class ExperimentConfig(BaseModel):
 
         if self.llm is not None:
             data["llm"] = self.llm.identity()
+        if isinstance(self.agents, list):
+            # What an agent folder holds decides the run as much as the config does.
+            for group, dumped in zip(self.agents, data["agents"], strict=True):
+                dumped["spec_digest"] = self.agent_spec_digest(group)
         return data
+
+    def agent_spec_digest(self, group: AgentGroup) -> str | None:
+        """The digest of ``group``'s agent folder as it is now (None: no folder, or none there)."""
+        if group.agent is None:
+            return None
+        from vivarium.workflow.config import resolve_agent_folder, spec_digest
+
+        return spec_digest(resolve_agent_folder(group.agent, self.base_dir))
 
     def resolved_run_id(self) -> str:
         from vivarium.seeding import canonical_json, derive_run_id

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vivarium.config import ExperimentConfig, load_config_data, make_config
-from vivarium.errors import TraceError
+from vivarium.errors import ConfigError, TraceError
 from vivarium.trace.views import FrameViews
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ class Experiment:
             run_id=self.run_id,
             name=c.name,
             world=c.world,
-            policy=c.policy if agents else "",
+            policy=_policy_names(c) if agents else "",
             seed=c.seed,
             agents=c.agent_count,
             steps=c.steps,
@@ -239,7 +239,15 @@ def resume_run(
     if llm:
         data["llm"] = {**(data.get("llm") or {}), **llm}
     config = make_config(ExperimentConfig, data, where=f"{p} (recorded config)")
+    for group in config.agents if isinstance(config.agents, list) else []:
+        recorded = group.spec_digest
+        if recorded is not None and config.agent_spec_digest(group) != recorded:
+            raise ConfigError(
+                f"{p}: agent folder {group.agent} has changed since the run was recorded; "
+                "resuming would not reproduce it (restore the folder, or start a new run)"
+            )
     start, checkpoint = _resume_point(p, meta["steps_done"])
+
     trace = TraceDb.for_resume(p)
     shared: dict[str, Any] = {}
     bar = None
@@ -370,3 +378,10 @@ class Run(FrameViews):
             for k, v in self._facts()
         )
         return f"<div><b>Vivarium run</b><table>{rows}</table></div>"
+
+
+def _policy_names(config: ExperimentConfig) -> str:
+    """``random``, or ``random,workflow`` for a run of agent groups with several policies."""
+    if isinstance(config.agents, list):
+        return ",".join(sorted({group.policy for group in config.agents}))
+    return config.policy

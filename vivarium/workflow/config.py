@@ -198,6 +198,34 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def resolve_agent_folder(folder: str | Path, base_dir: str | Path | None = None) -> Path:
+    """A relative folder is looked up from the config's ``base_dir`` first, then from the
+    working directory, so a config runs the same from a notebook folder or the project root."""
+    path = Path(folder)
+    if not path.is_absolute() and base_dir and (Path(base_dir) / path).exists():
+        return Path(base_dir) / path
+    return path
+
+
+def spec_digest(folder: str | Path) -> str | None:
+    """SHA-256 of what ``load_agent`` reads (``agent.yaml``, ``system_prompt.md``), or None
+    when there is no agent file: editing an agent's folder changes the run it makes."""
+    import hashlib
+
+    path = Path(folder)
+    if path.is_file():
+        path = path.parent
+    if not (path / AGENT_FILE).is_file():
+        return None
+    h = hashlib.sha256()
+    for name in (AGENT_FILE, SYSTEM_PROMPT_FILE):
+        file = path / name
+        data = file.read_bytes() if file.is_file() else b""
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
 def load_agent(folder: str | Path) -> AgentSpec:
     """Read and check an agent folder (or its ``agent.yaml``); ``ConfigError`` in one line."""
     path = Path(folder)
