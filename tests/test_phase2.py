@@ -13,6 +13,7 @@ from tests.conftest import run_cli
 from tests.support.fake_openai import FakeOpenAIServer
 from tests.support.llama_server import MODEL_NAME, llama_server, llama_server_available
 from vivarium import Experiment, Run
+from vivarium.errors import ConfigError
 
 
 def sha(path: Path) -> str:
@@ -317,3 +318,79 @@ def test_replay_leaves_the_cassette_file_unchanged(tmp_path: Path) -> None:
     assert "12 from cache" in out.stdout
     assert cassette.read_bytes() == before
     assert not cassette.with_name(cassette.name + "-wal").exists()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_llm_server_that_is_not_there_is_one_line_before_any_step(tmp_path: Path) -> None:
+    base = f"http://127.0.0.1:{_closed_port()}/v1"
+    out = run_cli("phase2", "--model", "openai/x", "--api-base", base, "--db", str(tmp_path / "a"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (
+        f"vvm phase2: error: cannot reach the LLM server at {base} (Connection refused): "
+        "is it running?"
+    )
+    llm = {"model": "openai/x", "api_base": base}
+    with pytest.raises(ConfigError, match="cannot reach the LLM server"):
+        Experiment(policy="cognitive", llm=llm).run(tmp_path / "b.sqlite", progress=False)
+    # A cassette in auto mode may hold every reply: no server needed, no check.
+    auto = {**llm, "cache": str(tmp_path / "c.cassette"), "cache_mode": "auto", "num_retries": 0}
+    run = Experiment(policy="cognitive", agents=1, steps=1, llm=auto).run(
+        tmp_path / "c.sqlite", progress=False
+    )
+    assert run.llm_calls["error"].str.contains("connection broken").all()
+
+
+def test_a_run_whose_every_llm_call_failed_says_so(tmp_path: Path) -> None:
+    with FakeOpenAIServer(faults=lambda i, body: "500") as server:
+        out = run_cli(
+            "phase2",
+            "--model",
+            "openai/x",
+            "--api-base",
+            server.base_url,
+            "--num-retries",
+            "0",
+            "--steps",
+            "2",
+            "--db",
+            str(tmp_path / "t.sqlite"),
+        )
+    assert out.returncode == 0, out.stderr
+    assert "llm calls: 4 (4 failed" in out.stdout
+    assert (
+        "warning: every LLM call failed; the last: InternalServerError: injected 500" in out.stderr
+    )
+
+
+def test_a_reader_that_goes_away_is_no_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vivarium.cli",
+            "phase1",
+            "--steps",
+            "3",
+            "--db",
+            str(tmp_path / "p"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    process.stdout.close()  # type: ignore[union-attr] - like `vvm ... | head -0`
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141 and b"Traceback" not in err and b"Exception" not in err
+    assert Run.open(tmp_path / "p").metadata["status"] == "complete"

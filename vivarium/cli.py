@@ -197,6 +197,9 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
         )
         hits = int(calls["cache_hit"].sum())
         print(f"  llm calls: {calls.height} ({errors} failed, {hits} from cache), {tokens} tokens")
+        if errors == calls.height:
+            last = calls["error"][-1]
+            print(f"warning: every LLM call failed; the last: {last}", file=sys.stderr)
     return 0
 
 
@@ -373,7 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a reader that went away shows here, inside the handler below
+        return code
     except ConfigError as exc:
         print(f"vvm {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -383,6 +388,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"vvm {args.command}: interrupted; committed steps are kept", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``vvm ... | head``): the run is complete, only the summary was
+        # cut. Point stdout at /dev/null so the exit flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13  # as if killed by SIGPIPE, the shell convention
 
 
 if __name__ == "__main__":

@@ -24,10 +24,13 @@ import logging
 import math
 import os
 import re
+import socket
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
+from vivarium.errors import ConfigError
 from vivarium.gateways.base import (
     CallRecord,
     GatewayBase,
@@ -469,6 +472,22 @@ class LiteLLMGateway(GatewayBase):
             usage = response.usage
             used = usage.total_tokens or usage.prompt_tokens + usage.completion_tokens
             self.limiter.record_tokens(used, ticket)
+
+    def check_reachable(self) -> None:
+        """Fail fast, in one line, when nothing listens at ``api_base`` (a wrong port, a server
+        not started yet): otherwise every call of the run would fail into a fallback ``noop``."""
+        if self.api_base is None or behind_proxy(self.api_base):
+            return
+        parts = urlsplit(self.api_base)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname, port), timeout=min(self.timeout, 5)):
+                pass
+        except OSError as exc:
+            reason = _one_line(exc.strerror or str(exc) or type(exc).__name__, 120)
+            raise ConfigError(
+                f"cannot reach the LLM server at {self.api_base} ({reason}): is it running?"
+            ) from None
 
     # -- calls -------------------------------------------------------------------------------
     def _sender(self, request: LLMRequest) -> tuple[Any, Any]:

@@ -25,7 +25,7 @@ def build_provider(llm: LLMConfig, seed: int, limiter: RateLimiter | None = None
         return mock if limiter is None else RateLimitedGateway(mock, limiter)
     from vivarium.gateways.litellm_gateway import LiteLLMGateway
 
-    return LiteLLMGateway(
+    provider = LiteLLMGateway(
         api_base=llm.api_base,
         api_key=llm.api_key.get_secret_value() if llm.api_key else None,
         timeout=llm.timeout,
@@ -33,6 +33,9 @@ def build_provider(llm: LLMConfig, seed: int, limiter: RateLimiter | None = None
         limiter=limiter,
         transport=llm.transport,
     )
+    if not (llm.cache and llm.cache_mode == "auto"):  # auto may need no server at all
+        provider.check_reachable()
+    return provider
 
 
 def build_gateway(llm: LLMConfig, seed: int) -> Any:
