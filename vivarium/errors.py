@@ -14,6 +14,13 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
+def squash(text: object, limit: int = 300) -> str:
+    """``text`` with runs of whitespace (line breaks too) made one space, cut to ``limit``
+    characters with ``...``: a server's or parser's message fit for a one-line record."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 class VivariumError(Exception):
     """Base class: a problem the user can fix, reported as one clear line."""
 

@@ -23,14 +23,13 @@ import json
 import logging
 import math
 import os
-import re
 import socket
 import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from vivarium.errors import ConfigError
+from vivarium.errors import ConfigError, squash
 from vivarium.gateways.base import (
     CallRecord,
     GatewayBase,
@@ -122,11 +121,6 @@ def scrub(text: str, secrets: list[str]) -> str:
     return text
 
 
-def _one_line(text: str, limit: int = _MAX_ERROR_CHARS) -> str:
-    text = re.sub(r"\s+", " ", text).strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 # -- errors ------------------------------------------------------------------------------------
 _NO_RETRY_STATUS = {400, 401, 402, 403, 404, 405, 409, 413, 422}
 
@@ -206,7 +200,7 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     try:
         value = json.loads(raw, strict=False)
     except (TypeError, ValueError) as exc:
-        return {}, _one_line(f"arguments are not valid JSON: {exc}", 200)
+        return {}, squash(f"arguments are not valid JSON: {exc}", 200)
     if not isinstance(value, dict):
         return {}, f"arguments are JSON {type(value).__name__}, not an object"
     return value, None
@@ -430,7 +424,7 @@ class LiteLLMGateway(GatewayBase):
         self, exc: BaseException, request: LLMRequest, attempt: int, latency_ms: float
     ) -> LLMCallError:
         kind, retryable, status, description = classify(exc)
-        text = _one_line(scrub(description, self._secrets()))
+        text = squash(scrub(description, self._secrets()), _MAX_ERROR_CHARS)
         record_call(
             CallRecord(
                 attempt=attempt,
@@ -447,7 +441,7 @@ class LiteLLMGateway(GatewayBase):
 
     def _give_up(self, error: LLMCallError, request: LLMRequest, attempts: int) -> LLMCallError:
         tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
-        message = _one_line(f"{request.model}: {error} (after {tries})", 2 * _MAX_ERROR_CHARS)
+        message = squash(f"{request.model}: {error} (after {tries})", 2 * _MAX_ERROR_CHARS)
         return LLMCallError(
             message,
             kind=error.kind,
@@ -484,7 +478,7 @@ class LiteLLMGateway(GatewayBase):
             with socket.create_connection((parts.hostname, port), timeout=min(self.timeout, 5)):
                 pass
         except OSError as exc:
-            reason = _one_line(exc.strerror or str(exc) or type(exc).__name__, 120)
+            reason = squash(exc.strerror or str(exc) or type(exc).__name__, 120)
             raise ConfigError(
                 f"cannot reach the LLM server at {self.api_base} ({reason}): is it running?"
             ) from None

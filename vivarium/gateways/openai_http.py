@@ -17,7 +17,6 @@ import atexit
 import http.client
 import json
 import os
-import re
 import threading
 import urllib.request
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vivarium._version import __version__
+from vivarium.errors import squash
 
 # Model prefixes (litellm provider names) whose servers speak OpenAI's wire format.
 OPENAI_COMPATIBLE = ("openai", "hosted_vllm")
@@ -43,7 +43,6 @@ _STATUS_NAMES = {
     502: "BadGatewayError",
     503: "ServiceUnavailableError",
 }
-_NO_RETRY_STATUS = {400, 401, 402, 403, 404, 405, 409, 413, 422}
 _MAX_MESSAGE = 300
 
 
@@ -130,11 +129,6 @@ def _scrubbed(data: bytes, secrets: Sequence[str]) -> bytes:
     return data
 
 
-def _short(text: str) -> str:
-    text = re.sub(r"\s+", " ", text).strip()
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
-
-
 def status_error(status: int, data: bytes, headers: Mapping[str, str]) -> WireError:
     """An error reply, named and classified as the OpenAI client would name it."""
     text = data.decode("utf-8", "replace")
@@ -147,7 +141,7 @@ def status_error(status: int, data: bytes, headers: Mapping[str, str]) -> WireEr
     except ValueError:
         message = text
     name = _STATUS_NAMES.get(status, "InternalServerError" if status >= 500 else "APIStatusError")
-    description = f"{name}: {_short(message) or f'HTTP {status}'}"
+    description = f"{name}: {squash(message, _MAX_MESSAGE) or f'HTTP {status}'}"
     if status == 429:
         kind, retryable = "rate_limit", True
     elif status in (401, 403):
@@ -156,7 +150,7 @@ def status_error(status: int, data: bytes, headers: Mapping[str, str]) -> WireEr
         kind, retryable = "not_found", False
     elif status == 408:
         kind, retryable = "timeout", True
-    elif status in _NO_RETRY_STATUS or 400 <= status < 500:
+    elif 400 <= status < 500:
         kind, retryable = "bad_request", False
     else:
         kind, retryable = "server_error", True
@@ -200,7 +194,7 @@ def timeout_error(timeout: float) -> WireError:
 
 
 def connection_error(exc: BaseException) -> WireError:
-    detail = _short(str(exc)) or type(exc).__name__
+    detail = squash(exc, _MAX_MESSAGE) or type(exc).__name__
     return WireError(
         f"APIConnectionError (connection broken): {type(exc).__name__}: {detail}",
         kind="connection",

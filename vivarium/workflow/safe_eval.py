@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from vivarium.errors import ConfigError, VivariumError
+from vivarium.errors import ConfigError, VivariumError, squash
 
 __all__ = ["EvaluationError", "Limits", "UnsafeExpression", "check", "evaluate", "execute"]
 
@@ -60,11 +60,6 @@ _COLLECTIONS = (list, tuple, dict, set)
 _INTS = (int, bool)
 _SCALARS = frozenset({type(None), bool, int, float})
 _MAX_FORMAT_FIELD = 100  # largest width / precision in an f-string format spec
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _short(value: Any) -> str:
@@ -263,7 +258,7 @@ _FORMAT_SPEC = re.compile(
 
 
 def _snippet(node: ast.AST) -> str:
-    return repr(_one_line(ast.unparse(node), 40))
+    return repr(squash(ast.unparse(node), 40))
 
 
 def _refuse_name(name: str) -> None:
@@ -429,11 +424,11 @@ def _parse(source: str, mode: str, limits: Limits) -> ast.AST:
             return ast.parse(source, mode=mode)
     except SyntaxError as exc:
         where = f" (line {exc.lineno}, column {exc.offset})" if exc.lineno else ""
-        raise UnsafeExpression(f"invalid syntax: {_one_line(exc.msg)}{where}") from None
+        raise UnsafeExpression(f"invalid syntax: {squash(exc.msg, 200)}{where}") from None
     except (RecursionError, MemoryError):
         raise UnsafeExpression("expression is nested too deeply to parse") from None
     except ValueError as exc:
-        raise UnsafeExpression(f"invalid source: {_one_line(exc)}") from None
+        raise UnsafeExpression(f"invalid source: {squash(exc, 200)}") from None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -843,7 +838,7 @@ def _guarded(run: Callable[[], Any]) -> Any:
         message = str(exc) if "power" in str(exc) else "division by zero"
         raise EvaluationError(message) from exc
     except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
-        raise EvaluationError(_one_line(exc) or type(exc).__name__) from exc
+        raise EvaluationError(squash(exc, 200) or type(exc).__name__) from exc
     except RecursionError as exc:
         raise EvaluationError("value is nested too deeply") from exc
     except MemoryError as exc:
