@@ -119,3 +119,99 @@ def test_run_json_config(tmp_path: Path) -> None:
 def test_version_flag() -> None:
     out = run_cli("--version")
     assert out.returncode == 0 and out.stdout.startswith("vivarium-lab ")
+
+
+# -- only the flags a user gives override a config file ----------------------------------------
+
+CONFIG_WITH_SEED = (
+    "name: seeded\nworld: channel\npolicy: cognitive\nagents: 2\nsteps: 4\nseed: 7\n"
+    "scheduling: simultaneous\norder: shuffle\nmessage_history_limit: 3\n"
+    "llm: {model: mock, mock: true, temperature: 0.5, max_tokens: 32}\n"
+)
+
+
+def _recorded(db: Path) -> tuple[str, dict]:
+    import json
+
+    con = sqlite3.connect(db)
+    try:
+        seed, config = con.execute("SELECT seed, config_json FROM runs").fetchone()
+    finally:
+        con.close()
+    return seed, json.loads(config)
+
+
+def test_run_keeps_every_setting_of_the_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(CONFIG_WITH_SEED)
+    db = tmp_path / "cli.sqlite"
+    out = run_cli("run", str(cfg), "--db", str(db))
+    assert out.returncode == 0, out.stderr
+    seed, config = _recorded(db)
+    assert seed == "7"
+    assert (config["steps"], config["agents"], config["scheduling"], config["order"]) == (
+        4,
+        2,
+        "simultaneous",
+        "shuffle",
+    )
+    assert config["message_history_limit"] == 3
+    assert (config["llm"]["temperature"], config["llm"]["max_tokens"]) == (0.5, 32)
+
+
+def test_a_flag_given_overrides_only_its_own_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(CONFIG_WITH_SEED)
+    db = tmp_path / "cli.sqlite"
+    out = run_cli("run", str(cfg), "--db", str(db), "--seed", "8", "--mock-llm")
+    assert out.returncode == 0, out.stderr
+    seed, config = _recorded(db)
+    assert seed == "8" and config["steps"] == 4
+    # --mock-llm names who answers; the file's other LLM settings stay.
+    assert (config["llm"]["temperature"], config["llm"]["max_tokens"]) == (0.5, 32)
+
+
+def test_duration_flag_keeps_the_files_autonomous_pacing(tmp_path: Path) -> None:
+    cfg = tmp_path / "auto.yaml"
+    cfg.write_text("name: auto\nagents: 2\nseed: 7\nautonomous: {think_s: 2.5, duration: 9}\n")
+    db = tmp_path / "auto.sqlite"
+    out = run_cli("run", str(cfg), "--db", str(db), "--duration", "5")
+    assert out.returncode == 0, out.stderr
+    _seed, config = _recorded(db)
+    assert config["autonomous"]["think_s"] == 2.5 and config["autonomous"]["duration"] == 5
+
+
+def test_cli_api_and_panel_write_the_same_bytes(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from vivarium import Experiment
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(CONFIG_WITH_SEED)
+    cli_db, api_db = tmp_path / "cli.sqlite", tmp_path / "api.sqlite"
+    out = run_cli("run", str(cfg), "--db", str(cli_db))
+    assert out.returncode == 0, out.stderr
+    Experiment.from_file(cfg).run(api_db)
+    panel = Experiment.from_file(cfg).controls(folder=tmp_path / "panel")
+    panel.run_button.click()
+    assert panel.run_result is not None, panel.status.value
+    panel_db = panel.run_result.path
+    assert cli_db.read_bytes() == api_db.read_bytes()
+    assert Path(panel_db).read_bytes() == api_db.read_bytes()
+
+
+def test_sweep_keeps_the_config_seed(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("name: sw\nagents: 2\nsteps: 3\nseed: 7\n")
+    from vivarium import Experiment
+
+    folder = tmp_path / "sweep"
+    out = run_cli("sweep", str(cfg), "--folder", str(folder), "--backend", "inline")
+    assert out.returncode == 0, out.stderr
+    # The sweep's seeds derive from the file's seed 7, as the API's do (not from 42).
+    api = Experiment.from_file(cfg).sweep(folder=tmp_path / "api", backend="inline")
+    seeded = Experiment.from_file(cfg, seed=42).sweep(folder=tmp_path / "s42", backend="inline")
+    cli_seeds = sorted(_recorded(p)[0] for p in folder.glob("sw-*.sqlite"))
+    assert cli_seeds == sorted(str(s) for s in api.index["seed"])
+    assert cli_seeds != sorted(str(s) for s in seeded.index["seed"])

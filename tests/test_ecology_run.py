@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
@@ -62,3 +63,75 @@ def test_a_run_of_several_agent_groups_names_every_policy(tmp_path) -> None:
         tmp_path / "eco.sqlite", progress=False
     )
     assert run.metadata["policy"] == "random,workflow"
+
+
+def test_the_routine_loop_is_recorded_and_is_not_a_pivot(tmp_path: Path) -> None:
+    from vivarium import Experiment
+    from vivarium.analysis import pivots, summary
+
+    exp = Experiment.from_file(ROOT / "data/experiments/ecology.yaml", seed=1)
+    run = exp.run(tmp_path / "eco.sqlite", progress=False)
+    t = run.transitions
+    moves = {(f, to): set(g["routine"]) for (f, to), g in t.groupby(["from_state", "to_state"])}
+    # what the agent folders declare: the loops are routine, strategy changes and replans not
+    assert moves[("decide_action", "compute_metrics")] == {True}
+    assert moves[("compute_metrics", "self_audit")] == {True}
+    assert moves[("review", "work")] == {True}
+    for pivot in (("review_strategy", "self_audit"), ("review", "plan")):
+        assert moves.get(pivot, {False}) == {False}
+    # Counted by hand from the rows: a pivot is a non-routine move back to an earlier state
+    # (alpha_2 changing strategy, beta_2 replanning), or a decision flagged should_pivot at a
+    # step without such a move; before, the loop added one per tick.
+    real = t[~t["routine"]]
+    back = real[
+        ((real["from_state"] == "review_strategy") & (real["to_state"] == "self_audit"))
+        | ((real["from_state"] == "review") & (real["to_state"] == "plan"))
+    ]
+    moved = set(zip(back["agent_id"], back["step"], strict=True))
+    flagged = set()
+    for agent, step, meta in zip(
+        run.actions["agent_id"], run.actions["step"], run.actions["metadata"], strict=True
+    ):
+        data = json.loads(meta) if isinstance(meta, str) else {}
+        if data.get("should_pivot") or (data.get("variables") or {}).get("should_pivot"):
+            flagged.add((agent, step))
+    expected = len(back) + len(flagged - moved)
+    looping = int(
+        ((t["from_state"] == "decide_action") & (t["to_state"] == "compute_metrics")).sum()
+        + ((t["from_state"] == "review") & (t["to_state"] == "work")).sum()
+    )
+    assert looping >= 29  # alpha_2 goes round once a tick
+    assert int(summary(run)["pivots"][0]) == expected
+    assert int(pivots(run)["pivots"].sum()) == expected
+    # declaring the loop routine counts the same as excluding its moves by name
+    loop = ["decide_action -> compute_metrics", "review -> work"]
+    assert int(summary(run, include_routine=True, exclude=loop)["pivots"][0]) == expected
+    with_loop = int(summary(run, include_routine=True)["pivots"][0])
+    assert with_loop == len(back) + looping + len(flagged - moved - _steps_of(t, loop))
+    assert run.validate().status == "ok"
+
+
+def test_random_agents_draw_the_ecologys_actions_by_default(tmp_path: Path) -> None:
+    from vivarium import Experiment
+
+    run = Experiment(name="eco_random", world="ecology", policy="random", agents=3, steps=8).run(
+        tmp_path / "r.sqlite", progress=False
+    )
+    actions = run.actions
+    drawn = set(actions["action"])
+    assert drawn <= {"noop", "read_artifact", "write_artifact", "invoke_artifact", "post_message"}
+    assert "emit_event" not in drawn and len(drawn) >= 3
+    assert not actions["error"].fillna("").str.contains("unknown action").any()
+    assert actions["success"].sum() > (actions["action"] == "noop").sum()  # real actions work
+
+
+def _steps_of(t: object, moves: list[str]) -> set[tuple[str, int]]:
+    """(agent, step) of the transitions named ``"from -> to"``."""
+    pairs = {tuple(m.split(" -> ")) for m in moves}
+    return {
+        (a, int(st))
+        for a, st, f, to in zip(
+            t["agent_id"], t["step"], t["from_state"], t["to_state"], strict=True
+        )
+        if (f, to) in pairs
+    }

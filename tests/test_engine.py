@@ -142,3 +142,44 @@ def test_step_numbers_must_follow_on(db: Path) -> None:
     engine.step(0)
     with pytest.raises(ConfigError, match="next step is 1"):
         engine.step(5)
+
+
+@pytest.mark.parametrize("steps", [-1, -100, 2.5, "3", None])
+def test_run_refuses_a_step_count_that_is_not_a_count(db: Path, steps: Any) -> None:
+    trace = TraceDb(db)
+    engine = WorldEngine(WorldEngineConfig(run_id="t"), {"a": Fixed("noop")}, trace_db=trace)
+    with pytest.raises(ConfigError) as info:
+        engine.run(steps)
+    trace.close()
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("steps: ") and repr(steps) in message
+    # nothing was recorded as a run, least of all a complete one
+    import sqlite3
+
+    if db.exists() and db.stat().st_size:
+        with sqlite3.connect(db) as con:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+            if "runs" in tables:
+                assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_zero_steps_is_a_complete_empty_run(db: Path) -> None:
+    run = run_engine(db, {"a": Fixed("noop")}, steps=0)
+    assert run.metadata["status"] == "complete" and len(run.actions) == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"t": 1.0}, "step: 1.0 is not a step number"),
+        ({"t": -1}, "step: -1 is not a step number"),
+        ({"agents": [3]}, "step: agents: 3 is not an agent index (0..1)"),
+        ({"agents": [-1]}, "step: agents: -1 is not an agent index (0..1)"),
+    ],
+)
+def test_step_misuse_is_one_line(kwargs: dict[str, Any], expected: str) -> None:
+    engine = WorldEngine(WorldEngineConfig(run_id="x"), {"a": Fixed("noop"), "b": Fixed("noop")})
+    with pytest.raises(ConfigError) as info:
+        engine.step(**kwargs)
+    assert str(info.value) == expected
+    assert engine.next_step == 0  # nothing happened

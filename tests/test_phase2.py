@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from tests.conftest import run_cli
 from tests.support.fake_openai import FakeOpenAIServer
 from tests.support.llama_server import MODEL_NAME, llama_server, llama_server_available
 from vivarium import Experiment, Run
-from vivarium.errors import ConfigError
+from vivarium.errors import ConfigError, RunHealthWarning, RunInterrupted
 
 
 def sha(path: Path) -> str:
@@ -339,33 +340,47 @@ def test_an_llm_server_that_is_not_there_is_one_line_before_any_step(tmp_path: P
     llm = {"model": "openai/x", "api_base": base}
     with pytest.raises(ConfigError, match="cannot reach the LLM server"):
         Experiment(policy="cognitive", llm=llm).run(tmp_path / "b.sqlite", progress=False)
-    # A cassette in auto mode may hold every reply: no server needed, no check.
+    # A cassette in auto mode may hold every reply: no server needed, no check. A reply that is
+    # not there and no server to ask is an outage: the run stops, resumable, in one line...
     auto = {**llm, "cache": str(tmp_path / "c.cassette"), "cache_mode": "auto", "num_retries": 0}
-    run = Experiment(policy="cognitive", agents=1, steps=1, llm=auto).run(
-        tmp_path / "c.sqlite", progress=False
-    )
+    with pytest.raises(RunInterrupted, match="connection broken"):
+        Experiment(policy="cognitive", agents=1, steps=1, llm=auto).run(
+            tmp_path / "c.sqlite", progress=False
+        )
+    assert Run.open(tmp_path / "c.sqlite").metadata["status"] == "interrupted"
+    # ... or, when fallbacks were asked for, each decision is a recorded fallback.
+    auto["on_llm_error"] = "fallback"
+    with pytest.warns(RunHealthWarning, match="every LLM call failed"):
+        run = Experiment(policy="cognitive", agents=1, steps=1, llm=auto).run(
+            tmp_path / "d.sqlite", progress=False
+        )
     assert run.llm_calls["error"].str.contains("connection broken").all()
+    assert run.actions["fallback"].all()
 
 
 def test_a_run_whose_every_llm_call_failed_says_so(tmp_path: Path) -> None:
     with FakeOpenAIServer(faults=lambda i, body: "500") as server:
+        flags = ["--model", "openai/x", "--api-base", server.base_url, "--num-retries", "0"]
+        stopped = run_cli("phase2", *flags, "--steps", "2", "--db", str(tmp_path / "s.sqlite"))
         out = run_cli(
             "phase2",
-            "--model",
-            "openai/x",
-            "--api-base",
-            server.base_url,
-            "--num-retries",
-            "0",
+            *flags,
+            "--on-llm-error",
+            "fallback",
             "--steps",
             "2",
             "--db",
             str(tmp_path / "t.sqlite"),
         )
+    # By default a server that only fails stops the run at its first step, in one line.
+    assert stopped.returncode == 3 and len(stopped.stderr.strip().splitlines()) == 1
+    assert re.search(r"interrupted: agent_00[01] at step 0: openai/x: Internal", stopped.stderr)
+    # With fallbacks asked for, it runs on, and says loudly that nothing worked.
     assert out.returncode == 0, out.stderr
     assert "llm calls: 4 (4 failed" in out.stdout
+    assert "succeeded 0/4; 4 fallbacks" in out.stdout
     assert (
-        "warning: every LLM call failed; the last: InternalServerError: injected 500" in out.stderr
+        "every LLM call failed (4 of 4); the last: InternalServerError: injected 500" in out.stderr
     )
 
 

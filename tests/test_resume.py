@@ -128,3 +128,161 @@ def test_resume_refuses_an_agent_folder_edited_since_the_run_began(tmp_path: Pat
         resume_run(part)
     agent_file.write_text(original)  # put back: the run resumes and completes
     assert resume_run(part).metadata["status"] == "complete"
+
+
+# -- a resume goes on the way the run was made -------------------------------------------------
+from tests.support.fake_openai import FakeOpenAIServer  # noqa: E402
+from vivarium.errors import RunInterrupted  # noqa: E402
+from vivarium.experiment import recorded_llm_settings  # noqa: E402
+
+LLM_SETTINGS = {
+    "model": "openai/fake",
+    "force_tool": True,
+    "rate_limit_rpm": 600.0,
+    "rate_limit_tpm": 90000.0,
+    "timeout": 7.0,
+    "max_concurrency": 3,
+    "transport": "direct",
+    "num_retries": 0,
+    "agent_timeout": 9.0,
+    "agent_retries": 1,
+    "cache_mode": "auto",
+}
+
+
+def interrupted_llm_run(db: Path, server: FakeOpenAIServer, broken: list[bool]) -> Experiment:
+    """A 6-step LLM run (checkpoints every 2 steps) stopped at step 3 by a failing server."""
+    exp = Experiment(
+        name="llmres",
+        policy="cognitive",
+        agents=2,
+        steps=6,
+        seed=3,
+        scheduling="simultaneous",
+        checkpoint_every=2,
+        llm={**LLM_SETTINGS, "api_base": server.base_url},
+    )
+
+    def on_step(step: int, _record: object) -> None:
+        if step == 2:
+            broken[0] = True
+
+    with pytest.raises(RunInterrupted):
+        exp.run(db, on_step=on_step)
+    return exp
+
+
+def failing_while(broken: list[bool]):  # noqa: ANN201
+    return lambda _index, _body: "500" if broken[0] else None
+
+
+def all_rows(db: Path) -> dict[str, list[tuple]]:
+    return {t: rows(db, t) for t in (*TABLES, "meta")}
+
+
+def test_resume_goes_on_with_the_recorded_llm_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = [False]
+    db = tmp_path / "llm.sqlite"
+    with FakeOpenAIServer(faults=failing_while(broken)) as server:
+        interrupted_llm_run(db, server, broken)
+        assert Run.open(db).metadata["status"] == "interrupted"
+        settings = recorded_llm_settings(db)
+        assert settings["api_base"] == server.base_url
+        assert {k: settings[k] for k in ("rate_limit_rpm", "timeout", "max_concurrency")} == {
+            "rate_limit_rpm": 600.0,
+            "timeout": 7.0,
+            "max_concurrency": 3,
+        }
+        assert settings["on_llm_error"] == "stop" and "api_key" not in settings
+        seen = []
+        import vivarium.gateways.stack as stack
+
+        original = stack.build_gateway
+        monkeypatch.setattr(
+            stack, "build_gateway", lambda llm, s: seen.append(llm) or original(llm, s)
+        )
+        broken[0] = False
+        run = resume_run(db)  # no api_base given: the recorded one is used
+        assert run.metadata["status"] == "complete" and run.metadata["steps_done"] == 6
+        (llm,) = seen
+        for key, value in {**LLM_SETTINGS, "api_base": server.base_url}.items():
+            assert getattr(llm, key) == value, key
+        calls = run.llm_calls
+        assert calls[calls["step"] >= 2]["error"].isna().all()
+        assert not run.actions["fallback"].any()
+
+
+def test_resume_flags_override_the_recorded_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = [False]
+    db = tmp_path / "llm.sqlite"
+    with FakeOpenAIServer(faults=failing_while(broken)) as server:
+        interrupted_llm_run(db, server, broken)
+    broken[0] = False
+    with FakeOpenAIServer() as moved:  # the server came back on another port
+        url = moved.base_url
+        seen = []
+        import vivarium.gateways.stack as stack
+
+        original = stack.build_gateway
+        monkeypatch.setattr(
+            stack, "build_gateway", lambda llm, s: seen.append(llm) or original(llm, s)
+        )
+        run = Run.open(db).resume(llm={"api_base": url, "rate_limit_rpm": 1200})
+        assert run.metadata["status"] == "complete"
+        assert seen[0].api_base == url and seen[0].rate_limit_rpm == 1200
+        assert seen[0].timeout == 7.0  # the rest as recorded
+        assert moved.request_count > 0
+    assert recorded_llm_settings(db)["api_base"] == url  # what the last resume used
+
+
+def test_failed_resume_leaves_the_trace_as_it_was(tmp_path: Path) -> None:
+    broken = [False]
+    db = tmp_path / "llm.sqlite"
+    with FakeOpenAIServer(faults=failing_while(broken)) as server:
+        interrupted_llm_run(db, server, broken)
+        before = all_rows(db)
+        meta = Run.open(db).metadata
+        assert (meta["status"], meta["steps_done"]) == ("interrupted", 3)
+        assert rows(db, "checkpoints")[-1][0] == 1  # a resume redoes step 2: it is at stake
+        # Still failing at the first redone step: nothing cut, nothing relabelled.
+        with pytest.raises(RunInterrupted):
+            resume_run(db)
+        assert all_rows(db) == before
+        # A bad flag, then an unreachable server: refused before anything is touched.
+        with pytest.raises(ConfigError, match="rate_limit_rpm"):
+            resume_run(db, llm={"rate_limit_rpm": -5})
+        assert all_rows(db) == before
+    with pytest.raises(ConfigError, match="cannot reach the LLM server"):
+        resume_run(db)
+    assert all_rows(db) == before
+
+
+def test_cli_resume_of_a_complete_run_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "done.sqlite"
+    Experiment(name="done", agents=2, steps=3).run(db)
+    before = db.read_bytes()
+    out = run_cli("resume", str(db))
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "already complete" in lines[0] and "nothing to resume" in lines[0]
+    assert db.read_bytes() == before
+
+
+def test_cli_resume_takes_every_llm_flag() -> None:
+    from vivarium.cli import build_parser
+
+    args = build_parser().parse_args(
+        [
+            "resume", "x.sqlite", "--api-base", "http://h/v1", "--rate-limit-rpm", "60",
+            "--rate-limit-tpm", "1000", "--timeout", "3", "--max-concurrency", "4",
+            "--num-retries", "1", "--agent-timeout", "5", "--agent-retries", "2",
+            "--on-llm-error", "fallback", "--transport", "litellm", "--cache-mode", "replay",
+        ]
+    )  # fmt: skip
+    assert (args.rate_limit_rpm, args.rate_limit_tpm, args.timeout) == (60, 1000, 3)
+    assert (args.max_concurrency, args.num_retries, args.agent_timeout) == (4, 1, 5)
+    assert (args.agent_retries, args.on_llm_error) == (2, "fallback")

@@ -19,7 +19,7 @@ import pytest
 from vivarium import Experiment
 from vivarium.build import register_world
 from vivarium.config import MAX_SEED
-from vivarium.errors import ConfigError, VivariumError
+from vivarium.errors import ConfigError, SweepFailed, SweepWarning, VivariumError
 from vivarium.gateways.cache import Cassette
 from vivarium.seeding import derive_seed
 from vivarium.sweep import (
@@ -165,7 +165,18 @@ def test_a_failing_run_is_recorded_and_the_others_complete(tmp_path: Path) -> No
     base = Experiment(
         name="boom", world="sweep_test", agents=1, steps=5, world_options={"explode_at_agents": 2}
     )
-    sweep = run_sweep(base, {"agents": [1, 2, 3]}, folder=tmp_path / "boom", max_workers=2)
+    with pytest.warns(SweepWarning) as caught:
+        sweep = run_sweep(base, {"agents": [1, 2, 3]}, folder=tmp_path / "boom", max_workers=2)
+    (warning,) = caught
+    message = str(warning.message)
+    assert message.startswith(
+        "sweep boom: 1 of 3 runs failed; first: run 1 (agents=2, replication=0)"
+    )
+    assert "exploding world: 2 agents" in message and "\n" not in message
+    assert warning.filename == __file__  # points at the caller's line
+    # the sweep shows its failures: the count and the first error
+    assert "1 failed" in sweep.summary() and "first failure: run 1 (agents=2" in sweep.summary()
+    assert "failed=1" in repr(sweep) and "exploding world: 2 agents" in repr(sweep)
     index = sweep.index
     assert list(index["status"]) == ["complete", "failed", "complete"]
     error = index.loc[1, "error"]
@@ -179,10 +190,11 @@ def test_a_run_that_kills_its_worker_is_failed_and_the_others_complete(tmp_path:
     base = Experiment(
         name="crash", world="sweep_test", agents=1, steps=5, world_options={"crash_at_agents": 2}
     )
-    sweep = run_sweep(base, {"agents": [1, 2, 3, 4]}, folder=tmp_path / "crash", max_workers=2)
+    with pytest.warns(SweepWarning, match="1 of 4 runs failed; first: run 1"):
+        sweep = run_sweep(base, {"agents": [1, 2, 3, 4]}, folder=tmp_path / "crash", max_workers=2)
     index = sweep.index
     assert list(index["status"]) == ["complete", "failed", "complete", "complete"]
-    assert index.loc[1, "error"] == "the worker process running this run died"
+    assert index.loc[1, "error"] == "the worker process running this run died (exit code 3)"
     assert sorted(set(sweep.actions["run"])) == [0, 2, 3]
 
 
@@ -198,7 +210,13 @@ def test_a_failed_run_is_resumed_from_its_checkpoint(tmp_path: Path) -> None:
         world_options={"marker": str(marker), "fail_at": 7},
     )
     grid = {"order": ["sorted", "shuffle"]}
-    first = run_sweep(base, grid, folder=tmp_path / "flaky", max_workers=2)
+    with pytest.raises(SweepFailed) as err:
+        run_sweep(base, grid, folder=tmp_path / "flaky", max_workers=2)
+    assert str(err.value).startswith(
+        "sweep flaky: all 2 runs failed; first: run 0 (order=sorted, replication=0): "
+    )
+    assert "failed on purpose" in str(err.value) and "\n" not in str(err.value)
+    first = err.value.sweep
     assert list(first.index["status"]) == ["failed", "failed"]
     assert all("failed on purpose" in e for e in first.index["error"])
     marker.unlink()
@@ -369,12 +387,17 @@ def test_concurrent_cassette_writers_lose_nothing(tmp_path: Path) -> None:
 def test_seeds_are_derived_recorded_and_distinct(tmp_path: Path) -> None:
     plan = plan_sweep(BASE, {"agents": [2, 3]}, replications=3, seed=99)
     seeds = [r.seed for r in plan]
-    assert seeds == [derive_seed(99, "sweep", i) % (MAX_SEED + 1) for i in range(6)]
+    # from the run's parameters (canonical JSON) and replication, not its position
+    assert seeds == [
+        derive_seed(99, "sweep", f'{{"agents":{a}}}', r) % (MAX_SEED + 1)
+        for a in (2, 3)
+        for r in range(3)
+    ]
     assert len(set(seeds)) == 6 and all(0 <= s <= MAX_SEED for s in seeds)
     assert len({r.run_id for r in plan}) == 6
     assert [r.replication for r in plan] == [0, 1, 2, 0, 1, 2]
     # the sweep seed defaults to the base config's
-    assert plan_sweep(BASE)[0].seed == derive_seed(11, "sweep", 0) % (MAX_SEED + 1)
+    assert plan_sweep(BASE)[0].seed == derive_seed(11, "sweep", "{}", 0) % (MAX_SEED + 1)
 
     # seeds given by the grid are used; replications of a point get distinct derived seeds
     given = plan_sweep(BASE, {"seed": [5, 6]}, replications=2)
@@ -451,3 +474,130 @@ def test_sweep_section_and_main_sweep(tmp_path: Path) -> None:
     assert list(sweep.index["seed"]) == [1, 2]
     assert list(sweep.index["agents"]) == [4, 4]
     assert len(sweep.actions) == 2 * 4 * 5
+
+
+# -- the user's own worlds and policies, from a script or a notebook --------------------------
+# A new user's script: no `if __name__ == "__main__":`, a policy class and a world class
+# defined in it and registered, then a sweep. Each value the policy emits is computed from
+# the step, so the expected actions are known without running anything.
+USER_SCRIPT = """
+import sys
+print("SCRIPT STARTED", flush=True)
+from vivarium import Experiment
+from vivarium.build import register_policy, register_world
+from vivarium.types import ActionRequest
+from vivarium.worlds.channel import InMemoryChannel
+
+class Countdown:
+    def __init__(self, start):
+        self.start = start
+
+    def decide(self, *, run_id, time_step, agent_id, observation):
+        return ActionRequest(run_id=run_id, time_step=time_step, agent_id=agent_id,
+                             action_name="emit_event", arguments={{"value": self.start - time_step}})
+
+class QuietChannel(InMemoryChannel):
+    pass
+
+register_policy("countdown", lambda config, agent, shared: Countdown(config.steps * 10))
+register_world("quiet", lambda config, plan, shared: QuietChannel())
+exp = Experiment(name="user", world="quiet", policy="countdown", agents=1, steps=3, seed=5)
+sweep = exp.sweep(agents=[1, 2], folder={folder!r}, backend={backend!r}, max_workers=2,
+                  progress=False)
+print("SUMMARY", sweep.summary(), flush=True)
+print("VALUES", sorted(set(sweep.actions["arguments"])), len(sweep.actions), flush=True)
+"""
+USER_VALUES = "VALUES ['{\"value\":28}', '{\"value\":29}', '{\"value\":30}'] 9"
+
+
+def run_user_code(tmp_path: Path, how: str, backend: str = "local") -> subprocess.CompletedProcess:
+    """Run USER_SCRIPT as ``python script.py`` (how="file") or ``python -c`` (a notebook-like
+    ``__main__`` with no file behind it)."""
+    code = USER_SCRIPT.format(folder=str(tmp_path / "sweep"), backend=backend)
+    if how == "file":
+        script = tmp_path / "my_sweep.py"
+        script.write_text(code)
+        argv = [sys.executable, str(script)]
+    else:
+        argv = [sys.executable, "-c", code]
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "VIVARIUM_PROGRESS": "0"},
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("how", ["file", "c"])
+def test_user_classes_registered_in_main_run_in_a_local_sweep(tmp_path: Path, how: str) -> None:
+    out = run_user_code(tmp_path, how)
+    assert out.returncode == 0, out.stderr
+    assert "SUMMARY sweep user: 2 runs: 2 complete" in out.stdout, out.stdout + out.stderr
+    assert USER_VALUES in out.stdout
+    # the workers never ran the user's script again (they would have printed this line)
+    assert out.stdout.count("SCRIPT STARTED") == 1
+    sweep = Sweep.open(tmp_path / "sweep")
+    assert sweep.ok and list(sweep.index["agents"]) == [1, 2]
+
+
+def test_a_class_defined_in_a_notebook_cell_runs_in_local_and_inline_sweeps(
+    tmp_path: Path,
+) -> None:
+    # A notebook cell's classes live in a module named __main__: define one there.
+    from vivarium.build import POLICIES
+
+    cell = {"__name__": "__main__"}
+    exec(
+        textwrap.dedent(
+            """
+            from vivarium.build import register_policy
+            from vivarium.types import ActionRequest
+
+            class Echo:
+                def decide(self, *, run_id, time_step, agent_id, observation):
+                    return ActionRequest(run_id=run_id, time_step=time_step, agent_id=agent_id,
+                                         action_name="post_message",
+                                         arguments={"content": f"{agent_id}@{time_step}"})
+
+            register_policy("echo_cell", lambda config, agent, shared: Echo())
+            """
+        ),
+        cell,
+    )
+    assert cell["Echo"].__module__ == "__main__"
+    try:
+        exp = Experiment(name="cell", policy="echo_cell", agents=2, steps=2)
+        local = exp.sweep(seed=[1, 2], folder=tmp_path / "local", max_workers=2)
+        inline = exp.sweep(seed=[1, 2], folder=tmp_path / "inline", backend="inline")
+    finally:
+        POLICIES.pop("echo_cell", None)
+    assert local.ok, local.summary()
+    expected = sorted(f"agent_00{a}@{t}" for a in range(2) for t in range(2)) * 2
+    assert sorted(local.messages["content"]) == sorted(expected)
+    assert_same_frames(local, inline)
+
+
+# -- seeds follow the parameters, not the position --------------------------------------------
+def test_seeds_and_run_ids_do_not_depend_on_grid_position(tmp_path: Path) -> None:
+    short = plan_sweep(BASE, {"agents": [2, 3], "order": ["sorted"]}, replications=2)
+    longer = plan_sweep(BASE, {"agents": [1, 2, 3], "order": ["sorted"]}, replications=2)
+    by_point = {(r.params["agents"], r.replication): (r.seed, r.run_id) for r in longer}
+    for run in short:
+        assert by_point[(run.params["agents"], run.replication)] == (run.seed, run.run_id)
+    # the seed is a function of the run's parameters and replication, computed here by hand
+    expected = derive_seed(11, "sweep", '{"agents":3,"order":"sorted"}', 1) % (MAX_SEED + 1)
+    assert by_point[(3, 1)][0] == expected
+
+    folder = tmp_path / "grow"
+    first = run_sweep(BASE, {"agents": [2, 3]}, folder=folder, backend="inline")
+    mtimes = {p: Path(p).stat().st_mtime_ns for p in first.index["path"]}
+    grown = run_sweep(BASE, {"agents": [1, 2, 3]}, folder=folder, max_workers=2)
+    index = grown.index
+    assert grown.ok and list(index["agents"]) == [1, 2, 3]
+    assert list(index["action"]) == ["ran", "ran", "ran"]  # each run ran exactly once
+    assert list(index["attempts"]) == [1, 1, 1]
+    assert list(index["run_id"])[1:] == list(first.index["run_id"])
+    for path, mtime in mtimes.items():
+        assert Path(path).stat().st_mtime_ns == mtime  # not run again

@@ -108,6 +108,31 @@ def test_frames_round_trip_through_parquet(tmp_path: Path) -> None:
     assert pl_actions.equals(run.to_polars("actions"))
 
 
+def test_parquet_export_never_replaces_another_runs_frames(tmp_path: Path) -> None:
+    first = Experiment(name="a", agents=2, steps=3, seed=1).run(tmp_path / "a.sqlite")
+    second = Experiment(name="a", agents=2, steps=3, seed=2).run(tmp_path / "b.sqlite")
+    out = tmp_path / "out"
+    first.to_parquet(out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(TraceError, match=f"holds frames of run {first.run_id}.*overwrite=True"):
+        second.to_parquet(out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing touched
+    first.to_parquet(out)  # the same run may export again
+    paths = second.to_parquet(out, overwrite=True)
+    assert pd.read_parquet(paths["agents"])["seed"].tolist() == second.agents["seed"].tolist()
+
+
+def test_parquet_export_refuses_a_folder_of_foreign_files(tmp_path: Path) -> None:
+    run = Experiment(agents=2, steps=3).run(tmp_path / "r.sqlite")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "actions.parquet").write_text("my notes", encoding="utf-8")
+    with pytest.raises(TraceError, match="a file Vivarium did not write"):
+        run.to_parquet(out)
+    assert (out / "actions.parquet").read_text(encoding="utf-8") == "my notes"
+    assert sorted(p.name for p in out.iterdir()) == ["actions.parquet"]
+
+
 def test_to_polars_returns_every_frame(db: Path) -> None:
     run = Experiment(agents=2, steps=3).run(db)
     frames = run.to_polars()
@@ -199,7 +224,11 @@ def test_second_writer_on_same_file_is_refused(db: Path) -> None:
 
 def test_rerun_replaces_own_trace(db: Path) -> None:
     Experiment(agents=2, steps=3, seed=1).run(db)
-    run = Experiment(agents=2, steps=4, seed=1).run(db)
+    assert len(Experiment(agents=2, steps=3, seed=1).run(db).actions) == 6  # the same run
+    # Another run (4 steps: another run id) replaces it only when asked to.
+    with pytest.raises(TraceError, match="holds run experiment-"):
+        Experiment(agents=2, steps=4, seed=1).run(db)
+    run = Experiment(agents=2, steps=4, seed=1).run(db, overwrite=True)
     assert len(run.actions) == 8
 
 
@@ -209,3 +238,55 @@ def test_nondeterministic_timestamps_record_wall_time(db: Path) -> None:
     assert run.metadata["created_at"] is not None
     det = Experiment(agents=2, steps=3).run(db.with_name("det.sqlite"))
     assert det.steps["wall_time"].isna().all() and det.metadata["created_at"] is None
+
+
+class _Mover:
+    """Moves a -> b -> a each step; the move back is routine when ``routine``."""
+
+    def __init__(self, routine: bool) -> None:
+        self.routine = routine
+
+    def decide(self, *, run_id: str, time_step: int, agent_id: str, observation: dict):
+        from vivarium import ActionRequest
+
+        moves = [
+            {"from_state": "a", "to_state": "b", "trigger": "go"},
+            {"from_state": "b", "to_state": "a", "trigger": "loop", "routine": self.routine},
+        ]
+        return ActionRequest(
+            run_id=run_id,
+            time_step=time_step,
+            agent_id=agent_id,
+            action_name="noop",
+            metadata={"transitions": moves},
+        )
+
+
+def _mover_run(db: Path, routine: bool) -> Run:
+    from vivarium import WorldEngine, WorldEngineConfig
+
+    trace = TraceDb(db)
+    WorldEngine(WorldEngineConfig(run_id="m"), {"x": _Mover(routine)}, trace_db=trace).run(3)
+    trace.close()
+    return Run.open(db)
+
+
+def test_routine_flags_are_recorded_hashed_and_validated(tmp_path: Path) -> None:
+    run = _mover_run(tmp_path / "r.sqlite", routine=True)
+    assert run.transitions["routine"].tolist() == [False, True] * 3
+    assert run.validate().status == "ok"
+    with sqlite3.connect(tmp_path / "r.sqlite") as con:  # flipping a flag breaks the chain
+        con.execute("UPDATE transitions SET routine = 0 WHERE id = 2")
+    assert validate_trace(tmp_path / "r.sqlite").status == "corrupt"
+
+
+def test_a_trace_without_the_routine_column_reads_and_validates(tmp_path: Path) -> None:
+    # A trace written before the column existed: no move was routine, and its hashes did not
+    # include the flag. Reading gives routine False throughout; validation still passes.
+    db = tmp_path / "old.sqlite"
+    _mover_run(db, routine=False)
+    with sqlite3.connect(db) as con:
+        con.execute("ALTER TABLE transitions DROP COLUMN routine")
+    run = Run.open(db)
+    assert run.transitions["routine"].tolist() == [False] * 6
+    assert run.validate().status == "ok"

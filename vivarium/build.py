@@ -48,16 +48,27 @@ def agent_plan(
     numbered = sum(g.count for g in groups if not g.agent)
     width = max(3, len(str(max(numbered - 1, 0))))
     plan: list[PlannedAgent] = []
+    disabled: list[str] = []
     counter = 0
     for group in groups:
         if group.agent:
             spec = load_spec(group.agent, shared)
             base = group.id or spec.id
             ids = [base] if group.count == 1 else [f"{base}_{i}" for i in range(group.count)]
+            enabled = spec.enabled and group.enabled is not False
         else:
             ids = [f"{group.id or 'agent'}_{counter + i:0{width}d}" for i in range(group.count)]
             counter += group.count
-        plan.extend(PlannedAgent(aid, group) for aid in ids)
+            enabled = group.enabled is not False
+        if enabled:
+            plan.extend(PlannedAgent(aid, group) for aid in ids)
+        else:  # left out of the run; the recorded config says so (ExperimentConfig.identity)
+            disabled.append(group.agent or group.id or group.policy)
+    if not plan:
+        raise ConfigError(
+            f"config: agents: every agent is disabled (enabled: false: {', '.join(disabled)}); "
+            "enable one to run"
+        )
     seen: set[str] = set()
     for p in plan:
         if p.agent_id in seen:
@@ -121,10 +132,25 @@ def _ecology_world(
 
 
 # -- policies ---------------------------------------------------------------------------------
-def _random_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:
-    from vivarium.policies.random import DEFAULT_ACTION_SPACE, RandomAgentPolicy
+# What random agents draw from in a world when the config names no action space: the world's
+# actions they can make arguments for (vivarium.policies.random.ARGUMENT_MAKERS). Worlds not
+# listed get the channel's noop/emit_event.
+RANDOM_ACTION_SPACES: dict[str, tuple[str, ...]] = {
+    "ecology": ("noop", "read_artifact", "write_artifact", "invoke_artifact", "post_message"),
+}
 
-    space = agent.group.action_space or config.action_space or DEFAULT_ACTION_SPACE
+
+def random_action_space(world: str) -> tuple[str, ...]:
+    """The actions random agents draw from in ``world`` by default."""
+    from vivarium.policies.random import DEFAULT_ACTION_SPACE
+
+    return RANDOM_ACTION_SPACES.get(world, DEFAULT_ACTION_SPACE)
+
+
+def _random_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:
+    from vivarium.policies.random import RandomAgentPolicy
+
+    space = agent.group.action_space or config.action_space or random_action_space(config.world)
     return RandomAgentPolicy.from_seed(stable_agent_seed(config.seed, agent.agent_id), space)
 
 

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vivarium.errors import ConfigError, VivariumError
+from vivarium.errors import (
+    ConfigError,
+    RunHealthWarning,
+    RunInterrupted,
+    TracePathWarning,
+    VivariumError,
+    one_line,
+)
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 3  # as `vvm validate` says of an incomplete trace: resumable
+ON_LLM_ERROR_HELP = (
+    "when the LLM server fails past the retries: stop (default; the run is interrupted, "
+    "resume it later) or fallback (record a fallback noop and go on)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,13 +49,28 @@ def _positive(name: str, minimum: int = 1) -> Callable[[str], int]:
     return parse
 
 
-def _add_run_flags(p: argparse.ArgumentParser, *, steps: int, agents: int, db: bool = True) -> None:
+def _add_run_flags(
+    p: argparse.ArgumentParser, *, steps: int | None, agents: int | None, db: bool = True
+) -> None:
+    """The shared run flags. Every default is None (or the command's own default, for commands
+    without a config file): a flag the user did not give never overrides a config's field."""
     p.add_argument("--steps", type=_positive("--steps", 0), default=steps, help="steps to run")
     p.add_argument("--agents", type=_positive("--agents"), default=agents, help="number of agents")
-    p.add_argument("--seed", type=_positive("--seed", 0), default=42, help="master seed")
+    p.add_argument(
+        "--seed", type=_positive("--seed", 0), default=None, help="master seed (default: 42)"
+    )
     if db:
         p.add_argument(
-            "--db", type=Path, default=None, help="trace file (default runs/<name>.sqlite)"
+            "--db",
+            type=Path,
+            default=None,
+            help="trace file (default runs/<name>.sqlite, or runs/<run id>.sqlite when that "
+            "holds another run)",
+        )
+        p.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="replace the trace at --db even when it holds another run",
         )
     p.add_argument("--run-id", default=None, help="run id (default: derived from the config)")
     p.add_argument(
@@ -89,8 +118,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["checkpoint_every"] = args.checkpoint_every
     duration = getattr(args, "duration", None)
     if duration is not None:
-        if duration <= 0:
-            raise ConfigError(f"--duration must be > 0, not {duration:g}")
+        if not 0 < duration < float("inf"):  # NaN fails both comparisons too
+            raise ConfigError(f"--duration must be > 0 and finite, not {duration:g}")
         out["mode"] = "autonomous"
         out["autonomous"] = {"duration": duration}
         if getattr(args, "real_clock", False):
@@ -103,16 +132,20 @@ def _summarise(run: Any, seconds: float) -> None:
     n = actions.height
     counts = actions.group_by("action").len().sort("action")
     ok = int(actions["success"].sum()) if n else 0
+    fallbacks = int(actions["fallback"].sum()) if n else 0
     mix = ", ".join(f"{a}={c}" for a, c in counts.iter_rows())
     m = run.metadata
     print(f"run {m['run_id']}: {m['steps_done']} steps x {m['agents']} agents -> {n} decisions")
-    print(f"  actions: {mix or 'none'}; succeeded {ok}/{n}")
+    # Fallbacks (no usable action) are counted apart: they are never successes.
+    fell = f"; {fallbacks} fallbacks (no usable action)" if fallbacks else ""
+    print(f"  actions: {mix or 'none'}; succeeded {ok}/{n}{fell}")
     if seconds > 0 and n >= 10_000:  # below that, start-up time dominates the rate
         print(f"  {n / seconds:,.0f} decisions/s ({seconds:.2f} s)")
     steps = run.to_polars("steps")
     if steps.height:
         print(f"  final state hash {steps['state_hash'][-1]}")
     print(f"  trace: {run.path}")
+    _warn_health(run)
 
 
 def _cmd_phase1(args: argparse.Namespace) -> int:
@@ -120,7 +153,7 @@ def _cmd_phase1(args: argparse.Namespace) -> int:
 
     exp = Experiment(name="phase1", world="channel", policy="random", **_overrides(args))
     start = time.perf_counter()
-    run = exp.run(args.db, progress=False if args.no_progress else None)
+    run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
     return 0
 
@@ -130,11 +163,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     fields = _overrides(args)
     if args.mock_llm:
-        fields["llm"] = {"model": "mock", "mock": True}
+        # The mock answers instead of the file's model; its other LLM settings (temperature,
+        # max_tokens, force_tool, ...) stay, but not the model's cassette.
+        fields["llm"] = {"model": "mock", "mock": True, "cache": None}
     exp = Experiment.from_file(args.config, **fields)
+    if args.on_llm_error is not None and exp.config.llm is not None:
+        exp.config.llm.on_llm_error = args.on_llm_error  # not part of the run's identity
 
     start = time.perf_counter()
-    run = exp.run(args.db, progress=False if args.no_progress else None)
+    run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
     return 0
 
@@ -159,6 +196,7 @@ def _llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
         ("agent_retries", "agent_retries"),
         ("mock_latency_ms", "mock_latency_ms"),
         ("system_prompt", "system_prompt"),
+        ("on_llm_error", "on_llm_error"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
@@ -186,7 +224,7 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
     fields.setdefault("scheduling", "simultaneous")  # LLM calls of one step run concurrently
     exp = Experiment(name="phase2", world="channel", policy="cognitive", llm=llm, **fields)
     start = time.perf_counter()
-    run = exp.run(args.db, progress=False if args.no_progress else None)
+    run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
     calls = run.to_polars("llm_calls")
     if calls.height:
@@ -197,15 +235,30 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
         )
         hits = int(calls["cache_hit"].sum())
         print(f"  llm calls: {calls.height} ({errors} failed, {hits} from cache), {tokens} tokens")
-        if errors == calls.height:
-            last = calls["error"][-1]
-            print(f"warning: every LLM call failed; the last: {last}", file=sys.stderr)
     return 0
 
 
-def _cmd_resume(args: argparse.Namespace) -> int:
-    from vivarium.experiment import resume_run
+def _warn_health(run: Any) -> None:
+    """One stderr line when the run is not a clean result: the warning ``Experiment.run()``
+    gives in a notebook (every LLM call failed, fallbacks, ...), in the same words."""
+    from vivarium.experiment import health_warning
 
+    text = health_warning(run)
+    if text is not None:
+        print(f"warning: {text}", file=sys.stderr)
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from vivarium.experiment import Run, is_complete, resume_run
+
+    done = Run.open(args.db)
+    if is_complete(done):
+        m = done.metadata
+        print(
+            f"run {m['run_id']} in {args.db} is already complete "
+            f"({m['steps_done']}/{m['steps']} steps): nothing to resume"
+        )
+        return 0
     llm = _llm_overrides(args)
     start = time.perf_counter()
     run = resume_run(args.db, progress=False if args.no_progress else None, llm=llm or None)
@@ -214,23 +267,41 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    """Exit 0 when every run is complete, else 1 with one stderr line: the count of failed runs
+    and the first error (the summary on stdout either way)."""
+    from vivarium.errors import SweepFailed, SweepWarning
     from vivarium.sweep import main_sweep, parse_grid_items
 
     grid = parse_grid_items(args.grid) if args.grid else None
-    sweep = main_sweep(
-        args.config,
-        grid,
-        args.folder,
-        args.backend,
-        args.max_workers,
-        replications=args.replications,
-        seed=args.sweep_seed,
-        ray_address=args.ray_address,
-        progress=False if args.no_progress else None,
-        overrides=_overrides(args) or None,
-    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SweepWarning)  # said below, in one line
+            sweep = main_sweep(
+                args.config,
+                grid,
+                args.folder,
+                args.backend,
+                args.max_workers,
+                replications=args.replications,
+                seed=args.sweep_seed,
+                ray_address=args.ray_address,
+                progress=False if args.no_progress else None,
+                overrides=_overrides(args) or None,
+            )
+    except SweepFailed as exc:
+        if exc.sweep is not None:
+            print(exc.sweep.summary())
+        print(f"vvm sweep: error: {exc}", file=sys.stderr)
+        return 1
     print(sweep.summary())
-    return 0 if sweep.ok else 1
+    if sweep.ok:
+        return 0
+    print(
+        f"vvm sweep: error: {sweep.failed_count} of {len(sweep)} runs failed; first: "
+        f"{sweep.first_error}; re-run the same command to retry them",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
@@ -250,6 +321,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print("\n".join(report.lines()))
         worst = max(worst, {"ok": 0, "incomplete": 3, "corrupt": 1}[report.status])
     return worst
+
+
+def _interrupted_line(exc: RunInterrupted) -> str:
+    """The run, the reason, what is kept, and the command that goes on, in one line."""
+    if exc.run_id is None or exc.path is None:
+        return str(exc)
+    kept = f"steps 0-{exc.step - 1} are kept in {exc.path}" if exc.step else f"trace {exc.path}"
+    return one_line(
+        f"run {exc.run_id} interrupted: {exc.reason}; {kept}; "
+        f"once the server is back: vvm resume {exc.path}"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -286,7 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
         const="auto",
         default=None,
         metavar="TOOL",
-        help="force a tool call (default post_message); small local models need it",
+        help="force a tool call (default: the world's main action, post_message in the "
+        "channel, write_artifact in the ecology); small local models need it",
     )
     llm.add_argument("--no-graph", action="store_true", help="plain policy instead of LangGraph")
     llm.add_argument("--max-concurrency", type=_positive("--max-concurrency"), default=None)
@@ -299,11 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_argument("--agent-timeout", type=float, default=None, help="seconds per decision")
     llm.add_argument("--agent-retries", type=_positive("--agent-retries", 0), default=None)
     llm.add_argument("--mock-latency-ms", type=float, default=None)
+    llm.add_argument(
+        "--on-llm-error", choices=["stop", "fallback"], default=None, help=ON_LLM_ERROR_HELP
+    )
     p2.set_defaults(func=_cmd_phase2)
 
     pr = sub.add_parser("run", help="run an experiment config (YAML or JSON)")
     pr.add_argument("config", type=Path, help="config file")
-    _add_run_flags(pr, steps=None, agents=None)  # type: ignore[arg-type]
+    _add_run_flags(pr, steps=None, agents=None)
     pr.add_argument(
         "--duration",
         type=float,
@@ -313,24 +399,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--real-clock", action="store_true", help="autonomous mode on wall-clock time")
     pr.add_argument("--mock-llm", action="store_true", help="LLM agents answer with the mock")
+    pr.add_argument(
+        "--on-llm-error", choices=["stop", "fallback"], default=None, help=ON_LLM_ERROR_HELP
+    )
 
     pr.set_defaults(func=_cmd_run)
 
     pz = sub.add_parser("resume", help="finish an interrupted run from its last checkpoint")
     pz.add_argument("db", type=Path, help="trace file of the interrupted run")
     pz.add_argument("--no-progress", action="store_true", help="no progress bar")
-    rz = pz.add_argument_group("LLM (what the trace does not record)")
+    rz = pz.add_argument_group(
+        "LLM (default: as the run recorded them; the API key is never recorded)"
+    )
     rz.add_argument("--api-base", default=None)
-    rz.add_argument("--api-key", default=None)
+    rz.add_argument("--api-key", default=None, help="or env VIVARIUM_API_KEY")
     rz.add_argument("--transport", choices=["auto", "litellm", "direct"], default=None)
-
     rz.add_argument("--cache", type=Path, default=None)
     rz.add_argument("--cache-mode", choices=["record", "replay", "auto"], default=None)
+    rz.add_argument("--max-concurrency", type=_positive("--max-concurrency"), default=None)
+    rz.add_argument("--rate-limit-rpm", type=_positive("--rate-limit-rpm"), default=None)
+    rz.add_argument("--rate-limit-tpm", type=_positive("--rate-limit-tpm"), default=None)
+    rz.add_argument("--timeout", type=float, default=None, help="seconds per HTTP call")
+    rz.add_argument("--num-retries", type=_positive("--num-retries", 0), default=None)
+    rz.add_argument("--agent-timeout", type=float, default=None, help="seconds per decision")
+    rz.add_argument("--agent-retries", type=_positive("--agent-retries", 0), default=None)
+    rz.add_argument(
+        "--on-llm-error", choices=["stop", "fallback"], default=None, help=ON_LLM_ERROR_HELP
+    )
     pz.set_defaults(func=_cmd_resume)
 
     ps = sub.add_parser("sweep", help="run a config over a grid of parameters and seeds")
     ps.add_argument("config", type=Path, help="config file (may hold a `sweep:` section)")
-    _add_run_flags(ps, steps=None, agents=None, db=False)  # type: ignore[arg-type]
+    _add_run_flags(ps, steps=None, agents=None, db=False)
 
     ps.add_argument(
         "--grid",
@@ -364,6 +464,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _note_trace_path(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+    *,
+    command: str = "vvm",
+    fallback: Callable[..., None] = warnings.showwarning,
+) -> None:
+    """Show a ``TracePathWarning`` as one stderr line (where the trace went); others as usual."""
+    if issubclass(category, TracePathWarning):
+        print(f"vvm {command}: note: {message}", file=sys.stderr)
+    else:
+        fallback(message, category, filename, lineno, file, line)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -376,9 +494,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        code = int(args.func(args))
+        with warnings.catch_warnings():
+            # The CLI prints a run's health itself, as one line (see _warn_health).
+            warnings.simplefilter("ignore", RunHealthWarning)
+            warnings.simplefilter("always", TracePathWarning)
+            warnings.showwarning = functools.partial(
+                _note_trace_path, command=args.command, fallback=warnings.showwarning
+            )
+            code = int(args.func(args))
         sys.stdout.flush()  # a reader that went away shows here, inside the handler below
         return code
+    except RunInterrupted as exc:
+        # The LLM server failed past the retries: the trace keeps every step before, and
+        # the line says how to resume it.
+        print(f"vvm {args.command}: {_interrupted_line(exc)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except ConfigError as exc:
         print(f"vvm {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -28,6 +28,9 @@ LLM_TRANSPORT_FIELDS = frozenset(
         "rate_limit_rpm",
         "rate_limit_tpm",
         "transport",
+        # What an outage does (stop or record fallbacks): a run without one is the same trace
+        # either way, so it is recorded with the run but is not part of its identity.
+        "on_llm_error",
     }
 )
 
@@ -51,7 +54,9 @@ class LLMConfig(BaseModel):
     max_tokens: int = Field(default=128, ge=1, le=32768)
     system_prompt: str | None = None
     force_tool: bool | str = Field(
-        default=False, description="force a tool call (True: post_message) - small models need it"
+        default=False,
+        description="force a tool call - small models need it (True: the world's main action, "
+        "post_message in the channel, write_artifact in the ecology; a name: that action)",
     )
     graph: bool = Field(default=True, description="use the LangGraph policy when installed")
     timeout: float = Field(default=60.0, gt=0)
@@ -64,6 +69,11 @@ class LLMConfig(BaseModel):
     agent_timeout: float | None = Field(default=None, gt=0, description="seconds per decision")
     agent_retries: int = Field(default=0, ge=0, le=10)
     mock_latency_ms: float = Field(default=0.0, ge=0.0)
+    on_llm_error: Literal["stop", "fallback"] = Field(
+        default="stop",
+        description="when the LLM server fails past the retries: stop the run (interrupted, "
+        "resumable) or record a fallback noop for the decision",
+    )
 
     @property
     def uses_mock(self) -> bool:
@@ -78,8 +88,9 @@ class AutonomousConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    duration: float = Field(default=60.0, gt=0, description="seconds of (virtual) time to run")
-    think_s: float = Field(default=1.0, gt=0, description="time one action takes an agent")
+    # The autonomous clock counts nanoseconds: a shorter time would round to none at all.
+    duration: float = Field(default=60.0, ge=1e-9, description="seconds of (virtual) time to run")
+    think_s: float = Field(default=1.0, ge=1e-9, description="time one action takes an agent")
     actions_per_minute: float | None = Field(default=30.0, gt=0)
     llm_tokens_per_minute: float | None = Field(default=None, gt=0)
     clock: str = Field(default="virtual", pattern="^(virtual|real)$")
@@ -97,6 +108,11 @@ class AgentGroup(BaseModel):
     id: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
     action_space: list[str] | None = Field(default=None, min_length=1)
     starting_scrip: int | None = Field(default=None, ge=0)
+    enabled: bool | None = Field(
+        default=None,
+        description="false: the group is left out of the run (so is an agent folder whose "
+        "agent.yaml says enabled: false); recorded with the run as enabled: false",
+    )
     spec_digest: str | None = Field(
         default=None,
         pattern="^[0-9a-f]{64}$",
@@ -189,7 +205,21 @@ class ExperimentConfig(BaseModel):
             # What an agent folder holds decides the run as much as the config does.
             for group, dumped in zip(self.agents, data["agents"], strict=True):
                 dumped["spec_digest"] = self.agent_spec_digest(group)
+                # Only a group left out says so: the run ids of other runs stay what they were.
+                del dumped["enabled"]
+                if not self.group_enabled(group):
+                    dumped["enabled"] = False
         return data
+
+    def group_enabled(self, group: AgentGroup) -> bool:
+        """False when the group or its agent folder's ``agent.yaml`` says ``enabled: false``."""
+        if group.enabled is False:
+            return False
+        if group.agent is None:
+            return True
+        from vivarium.workflow.config import folder_enabled, resolve_agent_folder
+
+        return folder_enabled(resolve_agent_folder(group.agent, self.base_dir))
 
     def agent_spec_digest(self, group: AgentGroup) -> str | None:
         """The digest of ``group``'s agent folder as it is now (None: no folder, or none there)."""

@@ -8,13 +8,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vivarium.config import ExperimentConfig, load_config_data, make_config
-from vivarium.errors import ConfigError, TraceError
+from vivarium.config import LLM_TRANSPORT_FIELDS, ExperimentConfig, load_config_data, make_config
+from vivarium.errors import (
+    ConfigError,
+    RunHealthWarning,
+    RunInterrupted,
+    TraceError,
+    TracePathWarning,
+)
 from vivarium.trace.views import FrameViews
 
 if TYPE_CHECKING:
     from vivarium.engine.engine import WorldEngine
     from vivarium.trace.db import TraceDb
+    from vivarium.trace.health import RunHealth
 
 DEFAULT_RUNS_DIR = Path("runs")
 
@@ -51,13 +58,24 @@ class Experiment:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> Experiment:
-        """Load a YAML/JSON config; relative agent folders resolve next to the file (or cwd)."""
+        """Load a YAML/JSON config; relative agent folders resolve next to the file (or cwd).
+
+        ``overrides`` replace the file's fields; an ``llm`` or ``autonomous`` mapping replaces
+        only the fields it names within that section.
+        """
         data = load_config_data(path)
         if "sweep" in data:  # a sweep config runs here as its base experiment
             from vivarium.sweep import split_sweep_section
 
             data, _settings = split_sweep_section(data, where=str(path))
-        data = {**data, **overrides}
+        merged = {**data, **overrides}
+        for key in ("llm", "autonomous"):
+            # ``llm={"mock": True}`` (or ``vvm run --mock-llm``) sets those fields of the file's
+            # section and keeps the others (its temperature, its pacing) instead of dropping them.
+            given, section = overrides.get(key), data.get(key)
+            if isinstance(given, dict) and isinstance(section, dict):
+                merged[key] = {**section, **given}
+        data = merged
         project = Path(path).resolve().parent
 
         # A config in <project>/data/experiments/ names agents as data/agents/...: look from
@@ -97,7 +115,9 @@ class Experiment:
         Every run gets its own trace under one sweep folder with an index; the returned
         ``Sweep`` has the merged frames with the parameter columns added (see vivarium.sweep).
         Nested fields use ``__`` in keyword names: ``llm__temperature=[0, 0.7]``. Runs without a
-        ``seed`` axis get seeds derived from ``sweep_seed`` (default: this experiment's seed).
+        ``seed`` axis get seeds derived from ``sweep_seed`` (default: this experiment's seed),
+        each run's parameters and its replication. Every run failed: ``SweepFailed``; some
+        failed or fell back: a ``SweepWarning`` with the count and the first error.
         """
         from vivarium.sweep import run_sweep
 
@@ -121,12 +141,54 @@ class Experiment:
 
         return ControlPanel(self, **kwargs)
 
-    def default_db(self) -> Path:
+    def default_db(self, folder: str | os.PathLike[str] | None = None) -> Path:
+        """The config's ``db``, else ``<folder>/<name>.sqlite`` (``folder`` default ``runs/``)."""
+        if self.config.db:
+            return Path(self.config.db)
+        base = Path(folder) if folder is not None else DEFAULT_RUNS_DIR
+        return base / f"{self.config.name}.sqlite"
 
-        return (
-            Path(self.config.db)
-            if self.config.db
-            else DEFAULT_RUNS_DIR / f"{self.config.name}.sqlite"
+    def trace_path(
+        self,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        overwrite: bool = False,
+        folder: str | os.PathLike[str] | None = None,
+    ) -> Path:
+        """Where ``run(db, overwrite=, folder=)`` writes its trace; nothing is touched.
+
+        A trace there that holds this run (same config and seed: same run id) is replaced, and
+        so is one holding another run when ``overwrite`` is true. Otherwise a path the user named
+        (``db``, or the config's ``db``) is refused in one line naming the run it holds, and the
+        default ``runs/<name>.sqlite`` gives way to ``runs/<run id>.sqlite``, with a
+        ``TracePathWarning`` that says so: a loop over seeds keeps every run.
+        """
+        from vivarium.trace.db import check_new_trace_path, recorded_run_id
+
+        explicit = db is not None or bool(self.config.db)
+        path = Path(db) if db is not None else self.default_db(folder)
+        check_new_trace_path(path)  # a folder, a foreign file, a run writing it: said first
+        held = recorded_run_id(path)
+        if overwrite or held is None or held == self.run_id:
+            return path
+        if not explicit:
+            name, run_id = self.config.name, self.run_id
+            own = path.with_name(
+                f"{run_id}.sqlite" if run_id.startswith(f"{name}-") else f"{name}-{run_id}.sqlite"
+            )
+            if recorded_run_id(own) in (None, run_id):
+                import warnings
+
+                warnings.warn(
+                    f"{path} holds run {held}; this run ({run_id}) is written to {own}",
+                    TracePathWarning,
+                    stacklevel=3,
+                )
+                return own
+            path, held = own, recorded_run_id(own)
+        raise TraceError(
+            f"{path} holds run {held}, not this one ({self.run_id}): pass overwrite=True "
+            "(vvm: --overwrite) to replace it, or give another path"
         )
 
     def build(self, trace_db: TraceDb | None, shared: dict[str, Any] | None = None) -> WorldEngine:
@@ -148,14 +210,16 @@ class Experiment:
             run_id=self.run_id,
             name=c.name,
             world=c.world,
-            policy=_policy_names(c) if agents else "",
+            policy=_policy_names(c, shared.get("plan")) if agents else "",
             seed=c.seed,
-            agents=c.agent_count,
+            agents=len(agents),  # disabled agents are left out
             steps=c.steps,
             scheduling=c.scheduling,
             vivarium_version=__version__,
             config=c.identity(),
         )
+        if trace_db is not None:
+            record_llm_settings(trace_db, c)  # how calls are made, for a resume
         return WorldEngine(
             WorldEngineConfig(
                 run_id=self.run_id,
@@ -167,6 +231,7 @@ class Experiment:
                 max_concurrency=c.llm.max_concurrency if c.llm else 16,
                 agent_timeout_s=c.llm.agent_timeout if c.llm else None,
                 agent_retries=c.llm.agent_retries if c.llm else 0,
+                on_llm_error=c.llm.on_llm_error if c.llm else "stop",
             ),
             agents,
             world,
@@ -179,41 +244,92 @@ class Experiment:
         self,
         db: str | os.PathLike[str] | None = None,
         *,
+        overwrite: bool = False,
+        folder: str | os.PathLike[str] | None = None,
         progress: bool | None = None,
         on_step: Any | None = None,
     ) -> Run:
         """Run every step, write the trace, and return the ``Run`` that reads it.
 
-        The trace goes to ``db``, else the config's ``db``, else ``runs/<name>.sqlite``. An
-        existing Vivarium trace there is replaced; any other file is left alone (an error).
+        The trace goes to ``db``, else the config's ``db``, else ``<folder>/<name>.sqlite``
+        (``folder`` default ``runs/``). A trace of this same run there is replaced; one of
+        another run only with ``overwrite=True`` (see ``trace_path``); any other file is left
+        alone (an error). Everything that can refuse the run (the path, the agents, an LLM
+        server that is not there) is checked before the file is touched.
         """
-        from vivarium.trace.db import TraceDb
+        from vivarium.trace.db import TraceDb, check_new_trace_path
 
-        path = Path(db) if db is not None else self.default_db()
-        trace = TraceDb(path, deterministic_timestamps=self.config.deterministic_timestamps)
+        path = self.trace_path(db, overwrite=overwrite, folder=folder)
+        check_new_trace_path(path)
+        trace: TraceDb | None = None
         bar = None
         shared: dict[str, Any] = {}
         try:
-            engine = self.build(trace, shared)
+            engine = self.build(None, shared)
+            trace = TraceDb(path, deterministic_timestamps=self.config.deterministic_timestamps)
+            record_llm_settings(trace, self.config)
+            engine.trace_db = trace
             autonomous = self.config.mode == "autonomous"
             if _progress_enabled(progress):
                 from tqdm.auto import tqdm
 
-                total = None if autonomous else self.config.steps
-                bar = tqdm(total=total, desc=self.config.name, unit="step", leave=True)
+                if autonomous:
+                    from vivarium.engine.autonomous import progress_bar_options
+
+                    options = progress_bar_options(self.config.autonomous)
+                else:
+                    options = {"total": self.config.steps, "unit": "step"}
+                bar = tqdm(desc=self.config.name, leave=True, **options)
             if autonomous:
                 engine.run_autonomous(self.config.autonomous, progress=bar)
             else:
                 engine.run(self.config.steps, progress=bar, on_step=on_step)
-
+        except RunInterrupted as exc:
+            raise interrupted_error(exc, self.run_id, path) from None
         finally:
             if bar is not None:
                 bar.close()
             close = getattr(shared.get("gateway"), "close", None)
             if callable(close):
                 close()
-            trace.close()
-        return Run.open(path)
+            if trace is not None:
+                trace.close()
+        return warn_if_unhealthy(Run.open(path))
+
+
+LLM_SETTINGS_KEY = "llm_settings"
+
+
+def llm_settings(config: ExperimentConfig) -> dict[str, Any] | None:
+    """How a run's LLM calls are made (server, transport, limits, timeouts, cassette, what an
+    outage does): not part of its identity, but what a resume needs to go on the same way.
+    Never the API key."""
+    if config.llm is None:
+        return None
+    fields = set(LLM_TRANSPORT_FIELDS) - {"api_key"}
+    return config.llm.model_dump(include=fields)
+
+
+def record_llm_settings(trace: TraceDb, config: ExperimentConfig) -> None:
+    """Keep ``llm_settings(config)`` in the trace's ``meta`` table (read back by resume).
+
+    The meta table is in every trace, so this needs no new schema, and it stays out of the
+    recorded config, whose digest is the run id.
+    """
+    settings = llm_settings(config)
+    if settings is not None:
+        from vivarium.seeding import canonical_json
+
+        trace.set_meta(LLM_SETTINGS_KEY, canonical_json(settings))
+
+
+def recorded_llm_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The LLM settings a trace recorded (empty for a run without LLM agents, or an older
+    trace that did not record them)."""
+    from vivarium.trace.db import read_meta
+
+    text = read_meta(path, LLM_SETTINGS_KEY)
+    return {} if text is None else dict(json.loads(text))
 
 
 def resume_run(
@@ -226,45 +342,54 @@ def resume_run(
 
     Rows after the checkpoint are dropped and redone, so a deterministic run (random, mock or
     replayed LLM agents) ends with exactly the rows an uninterrupted run would have written.
-    ``llm`` gives what the trace does not record: cassette, cache mode, API base and key.
+    The run goes on with the LLM settings it recorded (server, transport, rate limits,
+    timeouts, concurrency, cassette, ``on_llm_error``); ``llm`` overrides any of them and
+    gives the API key, which is never recorded. A resume that fails before its first step
+    leaves the trace as it was.
     """
     from vivarium.trace.db import TraceDb
 
     p = Path(path)
     run = Run.open(p)
     meta = run.metadata
-    if meta["status"] == "complete" and meta["steps_done"] >= meta["steps"]:
+    if is_complete(run):
         return run
-    data = {**meta["config"], "run_id": meta["run_id"], "db": str(p)}
-    if llm:
-        data["llm"] = {**(data.get("llm") or {}), **llm}
-    config = make_config(ExperimentConfig, data, where=f"{p} (recorded config)")
-    for group in config.agents if isinstance(config.agents, list) else []:
-        recorded = group.spec_digest
-        if recorded is not None and config.agent_spec_digest(group) != recorded:
-            raise ConfigError(
-                f"{p}: agent folder {group.agent} has changed since the run was recorded; "
-                "resuming would not reproduce it (restore the folder, or start a new run)"
-            )
-    start, checkpoint = _resume_point(p, meta["steps_done"])
+    config = _anchor_agent_folders(p, _resume_config(p, meta, llm))
+    autonomous = config.mode == "autonomous"
+    # An autonomous run has no checkpoints (its agents' wake-ups and rate windows are not
+    # saved): it is redone from the start, which on the virtual clock gives the same rows.
+    start, checkpoint = (0, None) if autonomous else _resume_point(p, meta["steps_done"])
 
-    trace = TraceDb.for_resume(p)
+    # Rows after the checkpoint go only when the first redone step is committed (for_resume),
+    # and the engine (LLM server check included) is built first: a resume refused or failed
+    # before its first step leaves the trace as it was.
+    trace = TraceDb.for_resume(p, from_step=start)
     shared: dict[str, Any] = {}
     bar = None
     try:
-        trace.truncate_after(start - 1)
-        engine = Experiment(config).build(trace, shared)
+        engine = Experiment(config).build(None, shared)
         if checkpoint is not None:
             step, state_hash, world_state, agent_states = checkpoint
             engine.restore(step, state_hash, json.loads(world_state), json.loads(agent_states))
+        record_llm_settings(trace, config)  # what this resume used, for the next one
+        engine.trace_db = trace
         remaining = config.steps - start
         if _progress_enabled(progress):
             from tqdm.auto import tqdm
 
-            bar = tqdm(
-                total=config.steps, initial=start, desc=f"{config.name} (resumed)", unit="step"
-            )
-        engine.run(remaining, progress=bar)
+            if autonomous:
+                from vivarium.engine.autonomous import progress_bar_options
+
+                options = progress_bar_options(config.autonomous)
+            else:
+                options = {"total": config.steps, "initial": start, "unit": "step"}
+            bar = tqdm(desc=f"{config.name} (resumed)", **options)
+        if autonomous:
+            engine.run_autonomous(config.autonomous, progress=bar)
+        else:
+            engine.run(remaining, progress=bar)
+    except RunInterrupted as exc:
+        raise interrupted_error(exc, meta["run_id"], p) from None
     finally:
         if bar is not None:
             bar.close()
@@ -272,7 +397,102 @@ def resume_run(
         if callable(close):
             close()
         trace.close()
-    return Run.open(p)
+    return warn_if_unhealthy(Run.open(p))
+
+
+def _anchor_agent_folders(trace: Path, config: ExperimentConfig) -> ExperimentConfig:
+    """The recorded config, with ``base_dir`` set to where its agent folders are found.
+
+    A run records agent folders as written (``data/agents/alpha_2``), relative to the project
+    (``from_file``'s ``base_dir``) or to the folder the run started in; neither folder is
+    recorded, since a trace holds no absolute path (the same run gives the same bytes anywhere).
+    So they are looked up from the folders a run is started in: the working directory and its
+    parents, then the trace's folder and its parents. The first base from which every folder
+    has the content recorded (``spec_digest``) is used; a notebook in ``notebooks/`` resumes a
+    run made from the project root. None: a one-line ``ConfigError`` (changed, or not found).
+    """
+    from vivarium.workflow.config import resolve_agent_folder, spec_digest
+
+    groups = [g for g in config.agents if g.agent] if isinstance(config.agents, list) else []
+    if not groups:
+        return config
+    cwd, home = Path.cwd(), trace.resolve().parent
+    given = [Path(config.base_dir)] if config.base_dir else []
+    bases = list(dict.fromkeys([*given, cwd, *cwd.parents, home, *home.parents]))
+
+    def holds(base: Path, group: Any) -> bool:
+        folder = resolve_agent_folder(group.agent, base)
+        digest = spec_digest(folder)
+        return digest is not None and group.spec_digest in (None, digest)
+
+    for base in bases:
+        if all(holds(base, g) for g in groups):
+            return config.model_copy(update={"base_dir": str(base)})
+    for group in groups:
+        if any(holds(base, group) for base in bases):
+            continue
+        if any(spec_digest(resolve_agent_folder(group.agent, b)) for b in bases):
+            raise ConfigError(
+                f"{trace}: agent folder {group.agent} has changed since the run was recorded; "
+                "resuming would not reproduce it (restore the folder, or start a new run)"
+            )
+        raise ConfigError(
+            f"{trace}: agent folder {group.agent} not found from {cwd} or {home} or their "
+            "parents (resume from the folder the run was started in)"
+        )
+    raise ConfigError(  # each folder is found, but from different places
+        f"{trace}: agent folders {', '.join(g.agent or '' for g in groups)} are not found "
+        "together from one folder (resume from the folder the run was started in)"
+    )
+
+
+def is_complete(run: Run) -> bool:
+    """The run finished every step (a resume has nothing to do)."""
+    meta = run.metadata
+    return bool(meta["status"] == "complete" and meta["steps_done"] >= meta["steps"])
+
+
+def _resume_config(p: Path, meta: dict[str, Any], llm: dict[str, Any] | None) -> ExperimentConfig:
+    """The recorded config, with the recorded LLM settings and then ``llm`` on top."""
+    data = {**meta["config"], "run_id": meta["run_id"], "db": str(p)}
+    given = dict(llm or {})
+    if data.get("llm") is not None:
+        data["llm"] = {**data["llm"], **recorded_llm_settings(p), **given}
+    elif set(given) - {"api_key"}:  # a key from the environment is no request for LLM agents
+        names = ", ".join(sorted(set(given) - {"api_key"}))
+        raise ConfigError(
+            f"resume {p}: run {meta['run_id']} has no LLM agents; {names} do not apply"
+        )
+    return make_config(ExperimentConfig, data, where=f"resume {p}")
+
+
+def interrupted_error(exc: RunInterrupted, run_id: str, path: Path) -> RunInterrupted:
+    """The one line a user sees when the LLM infrastructure stopped a run: what, where, and
+    how to go on. The trace keeps every step before the one that failed."""
+    kept = f"steps 0-{exc.step - 1} are kept in {path}" if exc.step else f"the trace is {path}"
+    message = (
+        f"run {run_id} interrupted: {exc.reason}; {kept}; once the server is back, resume with "
+        f"Run.open({str(path)!r}).resume() or `vvm resume {path}`"
+    )
+    return RunInterrupted(message, step=exc.step, reason=exc.reason, run_id=run_id, path=str(path))
+
+
+def health_warning(run: Run) -> str | None:
+    """The one-line warning for a run that is not a clean result (None when it is)."""
+    health = run.health
+    if health.ok:
+        return None
+    return f"run {run.run_id} ({run.path}): {health}"
+
+
+def warn_if_unhealthy(run: Run) -> Run:
+    """Warn once (``RunHealthWarning``) when ``run`` is not a clean result; returns it."""
+    text = health_warning(run)
+    if text is not None:
+        import warnings
+
+        warnings.warn(text, RunHealthWarning, stacklevel=3)
+    return run
 
 
 def _resume_point(path: Path, steps_done: int) -> tuple[int, tuple[Any, ...] | None]:
@@ -327,6 +547,10 @@ class Run(FrameViews):
         return cls(p, meta)
 
     # -- frames -------------------------------------------------------------------------------
+    @property
+    def source_id(self) -> str:
+        return f"run {self.run_id}"
+
     def arrow(self, name: str) -> Any:
         """A trace table as Arrow (cached): the source of every other frame."""
         if name not in self._frames:
@@ -353,6 +577,29 @@ class Run(FrameViews):
 
         return validate_trace(self.path)
 
+    @cached_property
+    def health(self) -> RunHealth:
+        """Whether this run is a result to trust: ``health.ok``, and ``health.problems``, one
+        line each (interrupted, every LLM call failed, N of M decisions fell back, ...).
+        See ``vivarium.trace.health`` for the full shape."""
+        from vivarium.trace.health import run_health
+
+        return run_health(self.path)
+
+    def summary(self, **kwargs: Any) -> Any:
+        """``vivarium.analysis.summary`` of this run (one row), with its ``health`` ("ok" or
+        the problems, one per line)."""
+        from vivarium.analysis import summary
+
+        table = summary(self, **kwargs)
+        text = "ok" if self.health.ok else "\n".join(self.health.problems)
+        if hasattr(table, "with_columns"):  # polars
+            import polars as pl
+
+            return table.with_columns(pl.lit(text).alias("health"))
+        table["health"] = text
+        return table
+
     def _facts(self) -> list[tuple[str, str]]:
         m = self.metadata
         return [
@@ -363,6 +610,7 @@ class Run(FrameViews):
             ("steps", f"{m['steps_done']}/{m['steps']}"),
             ("seed", m["seed"]),
             ("status", m["status"]),
+            ("health", str(self.health)),
             ("trace", str(self.path)),
         ]
 
@@ -373,15 +621,24 @@ class Run(FrameViews):
     def _repr_html_(self) -> str:
         from html import escape
 
+        def cell(key: str, value: str) -> str:
+            if key == "health" and not self.health.ok:  # a run that is not a result shows red
+                lines = "<br>".join(escape(p) for p in self.health.problems)
+                return f"<td style='color:#c00000;font-weight:bold'>{lines}</td>"
+            return f"<td>{escape(value)}</td>"
+
         rows = "".join(
-            f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(v)}</td></tr>"
+            f"<tr><th style='text-align:left'>{escape(k)}</th>{cell(k, v)}</tr>"
             for k, v in self._facts()
         )
         return f"<div><b>Vivarium run</b><table>{rows}</table></div>"
 
 
-def _policy_names(config: ExperimentConfig) -> str:
-    """``random``, or ``random,workflow`` for a run of agent groups with several policies."""
+def _policy_names(config: ExperimentConfig, plan: list[Any] | None = None) -> str:
+    """``random``, or ``random,workflow`` for a run of agent groups with several policies (of
+    the agents in the run: a disabled group is not)."""
+    if plan:
+        return ",".join(sorted({p.group.policy for p in plan}))
     if isinstance(config.agents, list):
         return ",".join(sorted({group.policy for group in config.agents}))
     return config.policy

@@ -124,8 +124,15 @@ class AgentPolicyAdapter:
         system_prompt: str | None = None,
     ) -> None:
         self.agent = agent
+        self._own_registry = registry is not None
         self.registry = registry or default_registry()
         self.system_prompt = system_prompt
+
+    def use_world_actions(self, registry: ActionRegistry, world: str) -> None:
+        """Check replies' arguments with the registry of the world the agent acts in (called by
+        the engine when a run is built); a registry given to the constructor is kept."""
+        if not self._own_registry:
+            self.registry = registry
 
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]

@@ -15,8 +15,6 @@ from typing import Any
 from vivarium.errors import ConfigError
 
 ECOLOGY_SEEDS = (1, 2, 3, 4)
-# Ordinary moves of the example workflows, left out when counting pivots.
-ROUTINE_MOVES = ("decide_action -> compute_metrics", "review -> work")
 
 
 def _runs(data_dir: Path, work: Path) -> dict[str, Any]:
@@ -74,7 +72,8 @@ def make_figures(
             ),
             "action_mix": plots.action_mix(runs["baseline"], window=5),
             "success_curves": plots.success_curves(runs["ecology"], by="policy", window=5),
-            "pivot_raster": plots.pivot_raster(runs["ecology"][0], exclude=ROUTINE_MOVES),
+            # The workflows mark their loops routine: only real pivots are drawn.
+            "pivot_raster": plots.pivot_raster(runs["ecology"][0]),
             "message_volume": plots.message_volume(runs["ecology"], cumulative=True),
             "token_use": plots.token_use(runs["llm"]),
         }

@@ -21,32 +21,45 @@ sweep.index          # one row per run: params, seed, status, error, path, attem
 - **Resuming.** Running a sweep again skips the runs whose trace is complete and valid, resumes
   interrupted or failed runs from their last checkpoint (``vivarium.experiment.resume_run``) when
   they have one and reruns the rest. A run that fails records its error (one line) in the index;
-  the other runs go on.
-- **Seeds.** Each run's seed is recorded. Unless the grid (or a config) gives ``seed``, run ``i``
-  gets ``derive_seed(sweep_seed, "sweep", i)`` reduced below 2**63, so replications never share
-  a seed by accident; with a given seed, replication 0 keeps it and replication ``r > 0`` gets
-  ``derive_seed(seed, "replication", r)``.
-- **Backends.** ``local`` is a process pool (``forkserver`` where the platform has it, else
-  ``spawn``; never ``fork``), so it works from Jupyter on Linux and macOS: workers receive plain
-  config dicts and import the module that registered any custom world or policy (detected from
-  the registries, or named with ``plugins=``). ``ray`` runs one Ray task per run (``ray_address``
-  joins a cluster whose nodes share the sweep folder); ``inline`` runs in this process, in turn.
-  Every backend and worker count gives the same merged frames.
+  the other runs go on. At the end, a sweep whose every run failed raises ``SweepFailed``; one
+  with failed runs, or complete runs that are not clean results (``Sweep.problems``: decisions
+  that fell back), warns (``SweepWarning``) with the count and the first error.
+- **Seeds.** Each run's seed is recorded. Unless the grid (or a config) gives ``seed``, a run
+  gets ``run_seed_of(sweep_seed, params, replication)``: derived from its parameters, never its
+  position, so a value added to a grid changes no other run's seed or run id, and the index
+  keeps each run's row by run id; with a given seed, replication 0 keeps it and replication
+  ``r > 0`` gets ``derive_seed(seed, "replication", r)``.
+- **Backends.** ``local`` starts worker processes with ``python -c`` that import only Vivarium
+  (multiprocessing's spawn and forkserver would re-run the user's script in every worker, and
+  a script without a main guard would start its sweep again in each; ``fork`` is unsafe in a
+  threaded kernel). Workers receive plain config dicts, and the worlds and policies the runs
+  use that are not built in travel with them, pickled by cloudpickle (by value when defined in
+  ``__main__``: a notebook cell, a script); ``plugins=`` names modules to import first. ``ray``
+  runs one Ray task per run (``ray_address`` joins a cluster whose nodes share the sweep
+  folder); ``inline`` runs in this process, in turn. Every backend and worker count gives the
+  same merged frames.
 - **LLM cassettes.** Runs whose config names ``llm.cache`` share that cassette; it is safe for
   concurrent writers, so one sweep records every reply once and replays offline afterwards.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import importlib
 import itertools
 import json
 import os
+import pickle
+import selectors
+import signal
 import socket
 import sqlite3
+import struct
+import subprocess
 import sys
 import threading
 import time
@@ -57,7 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from vivarium.config import MAX_SEED, ExperimentConfig, make_config
-from vivarium.errors import ConfigError, TraceError, VivariumError
+from vivarium.errors import ConfigError, SweepFailed, SweepWarning, TraceError, VivariumError
 from vivarium.seeding import canonical_json, derive_seed
 from vivarium.trace.views import FrameViews
 
@@ -227,6 +240,7 @@ def plan_sweep(
         raise ConfigError(f"sweep: seed must be an integer in [0, 2**63), not {seed!r}")
     runs: list[PlannedRun] = []
     files: dict[str, int] = {}
+    twins: dict[str, int] = {}
     for data, explicit, seed_given in _explicit_points(base_config, configs):
         for point in _grid_points(grid):
             params = {**explicit, **point}
@@ -237,7 +251,7 @@ def plan_sweep(
                 for key, value in point.items():
                     _set_dotted(run_data, key, value)
                 if not given:
-                    run_seed = derive_seed(sweep_seed, "sweep", i) % (MAX_SEED + 1)
+                    run_seed = run_seed_of(sweep_seed, params, rep)
                 elif rep == 0:
                     run_seed = run_data.get("seed", base_config.seed)
                 else:
@@ -249,18 +263,35 @@ def plan_sweep(
                 config = make_config(ExperimentConfig, run_data, where=where)
                 run_id = config.resolved_run_id()
                 if run_id in files:
+                    # Numbered by how often this config came before, not by position, so that
+                    # adding other values to the grid leaves the name alone.
+                    twins[run_id] = twins.get(run_id, 0) + 1
+                    twin = f"{run_id}-{twins[run_id]}"
                     warnings.warn(
                         f"sweep runs {files[run_id]} and {i} have the same config (run id "
-                        f"{run_id}); run {i} is recorded as {run_id}-{i}",
+                        f"{run_id}); run {i} is recorded as {twin}",
                         stacklevel=2,
                     )
-                    run_id = f"{run_id}-{i}"
+                    run_id = twin
                     config = config.model_copy(update={"run_id": run_id})
                 files[run_id] = i
                 runs.append(
                     PlannedRun(i, params, rep, config.seed, config, run_id, f"{run_id}.sqlite")
                 )
     return runs
+
+
+def run_seed_of(sweep_seed: int, params: Mapping[str, Any], replication: int) -> int:
+    """The seed of a run whose config gives none: from its parameters, never its position.
+
+    ``derive_seed(sweep_seed, "sweep", canonical_json(params), replication)`` reduced below
+    2**63, where ``params`` are the run's grid values and explicit overrides. A value added to
+    a grid leaves the seeds (and run ids) of every other run as they were, so a re-run of the
+    grown sweep in the same folder runs only the new runs.
+    """
+    return derive_seed(sweep_seed, "sweep", canonical_json(dict(params)), replication) % (
+        MAX_SEED + 1
+    )
 
 
 def _describe(params: Mapping[str, Any], rep: int) -> str:
@@ -377,41 +408,40 @@ class SweepIndex:
         self.close()
 
     def sync(self, runs: Sequence[PlannedRun], meta: Mapping[str, Any]) -> None:
-        """Make the index list exactly ``runs`` (keeping what it knew of runs it already held)."""
+        """Make the index list exactly ``runs``, keeping what it knew of each run id.
+
+        Rows follow their run id, not their position: a value added at the front of a grid
+        moves the rows after it and keeps their status, attempts and timings.
+        """
+        kept = ("status", "error", "attempts", "action", "worker") + (
+            "started_at",
+            "finished_at",
+            "seconds",
+        )
         with _transaction(self._con) as con:
             for key, value in meta.items():
                 con.execute(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, canonical_json(value))
                 )
-            known = {
-                row[0]: row[1:]
-                for row in con.execute("SELECT idx, run_id, status FROM runs").fetchall()
-            }
+            cur = con.execute(f"SELECT run_id, {', '.join(kept)} FROM runs")
+            known = {row[0]: row[1:] for row in cur.fetchall()}
+            con.execute("DELETE FROM runs")
             for run in runs:
-                identity = canonical_json(run.config.identity())
-                params = canonical_json(run.params)
-                old = known.get(run.index)
-                if old is not None and old[0] == run.run_id:
-                    con.execute(
-                        "UPDATE runs SET params=?, replication=?, seed=?, path=?, config=? "
-                        "WHERE idx=?",
-                        (params, run.replication, run.seed, run.file, identity, run.index),
-                    )
-                else:
-                    con.execute(
-                        "INSERT OR REPLACE INTO runs (idx, run_id, params, replication, seed, "
-                        "status, path, config) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
-                        (
-                            run.index,
-                            run.run_id,
-                            params,
-                            run.replication,
-                            run.seed,
-                            run.file,
-                            identity,
-                        ),
-                    )
-            con.execute("DELETE FROM runs WHERE idx >= ?", (len(runs),))
+                state = known.get(run.run_id) or ("pending", None, 0, None, None, None, None, None)
+                con.execute(
+                    f"INSERT INTO runs (idx, run_id, params, replication, seed, path, config, "
+                    f"{', '.join(kept)}) VALUES ({', '.join('?' * (7 + len(kept)))})",
+                    (
+                        run.index,
+                        run.run_id,
+                        canonical_json(run.params),
+                        run.replication,
+                        run.seed,
+                        run.file,
+                        canonical_json(run.config.identity()),
+                        *state,
+                    ),
+                )
 
     def update(self, idx: int, *, attempt: bool = False, **fields: Any) -> None:
         bad = set(fields) - set(_INDEX_FIELDS)
@@ -496,7 +526,7 @@ class _FolderLock:
 # -- the worker -------------------------------------------------------------------------------
 
 _IMPORTED_PLUGINS: set[str] = set()
-_WATCHDOG_STARTED = False
+_APPLIED_REGISTRATIONS: set[str] = set()
 
 
 def _import_plugins(modules: Iterable[str]) -> None:
@@ -506,50 +536,61 @@ def _import_plugins(modules: Iterable[str]) -> None:
             _IMPORTED_PLUGINS.add(module)
 
 
-def _process_token(pid: int) -> str | None:
-    """Something that tells a live process from a dead one or a new one with its pid.
+def _pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
+    """The user's worlds and policies that the runs use, pickled for the workers (None: none).
 
-    On Linux: its start time, from /proc (None for a zombie or no process). Elsewhere: "alive"
-    while ``kill(pid, 0)`` finds the process.
+    A world or policy registered in a notebook cell or a script exists only in that process:
+    a worker process or a Ray node has never seen it. cloudpickle sends a factory defined in
+    ``__main__`` (a notebook, a script, ``python -c``) by value, with the classes and closures
+    it uses, and one from an importable module by reference (the worker imports the module).
     """
-    stat = Path(f"/proc/{pid}/stat")
-    if sys.platform.startswith("linux") and Path("/proc/self/stat").exists():
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return None
-        return None if fields[0] in {"Z", "X"} else fields[19]
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    from vivarium.build import POLICIES, WORLDS
+
+    user: dict[str, dict[str, Any]] = {"world": {}, "policy": {}}
+    for run in runs:
+        c = run.config
+        groups = c.agents if isinstance(c.agents, list) else None
+        used = [("world", c.world, WORLDS)]
+        policies = {g.policy for g in groups} if groups else {c.policy}
+        used += [("policy", name, POLICIES) for name in sorted(policies)]
+        for kind, name, table in used:
+            factory = table[name]
+            if getattr(factory, "__module__", None) != "vivarium.build":  # not a built-in
+                user[kind].setdefault(name, factory)
+    if not user["world"] and not user["policy"]:
         return None
-    except PermissionError:
-        pass
-    return "alive"
+    import cloudpickle
+
+    for kind, table in user.items():
+        for name, factory in sorted(table.items()):
+            try:
+                cloudpickle.dumps(factory)
+            except Exception as exc:
+                raise ConfigError(
+                    f"sweep: the {kind} '{name}' cannot be sent to worker processes "
+                    f"({_one_line(exc)}): make what its factory uses picklable, or use "
+                    "backend='inline'"
+                ) from None
+    return cloudpickle.dumps(user)
 
 
-def _init_local_worker(sweep_pid: int, token: str | None) -> None:
-    """In each pool process: stop when the sweep process is gone (killed, or its kernel died).
-
-    A pool worker outlives a killed sweep process (it waits on a queue it holds both ends of),
-    and would race a resumed sweep for the same trace. The watchdog sees the sweep process
-    vanish and exits at once, leaving the trace as a kill would: resumable.
-    """
-    global _WATCHDOG_STARTED
-    if _WATCHDOG_STARTED:
+def _apply_registrations(blob: bytes | None) -> None:
+    """Register, in this worker, the worlds and policies the sweep process sent (once each)."""
+    if not blob:
         return
-    _WATCHDOG_STARTED = True
-    os.environ.setdefault("VIVARIUM_PROGRESS", "0")
-    if token is None:
+    key = hashlib.sha256(blob).hexdigest()
+    if key in _APPLIED_REGISTRATIONS:
         return
+    import cloudpickle  # noqa: F401  (objects pickled by value need it to load)
 
-    def watch() -> None:
-        while True:
-            time.sleep(0.25)
-            if _process_token(sweep_pid) != token:
-                os._exit(70)
+    from vivarium.build import register_policy, register_world
 
-    threading.Thread(target=watch, name="vivarium-sweep-watchdog", daemon=True).start()
+    user = pickle.loads(blob)
+    for name, factory in user["world"].items():
+        register_world(name, factory)
+    for name, factory in user["policy"].items():
+        register_policy(name, factory)
+    _APPLIED_REGISTRATIONS.add(key)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -596,7 +637,8 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Run (or resume) one sweep run; never raises. The worker function of every backend.
 
     ``task`` is plain data: index, run_id, config (a ``model_dump``), path, index path, plugins,
-    cwd. Returns index, run_id, status, error, action, seconds.
+    cwd, and the user's worlds and policies (``registrations``, see ``_pack_registrations``).
+    Returns index, run_id, status, error, action, seconds.
     """
     start = time.perf_counter()
     idx = task["index"]
@@ -621,20 +663,30 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             _import_plugins(task.get("plugins") or ())
         except Exception as exc:
             raise ConfigError(f"cannot import plugin module: {_one_line(exc)}") from None
+        try:
+            _apply_registrations(task.get("registrations"))
+        except Exception as exc:
+            raise ConfigError(
+                f"cannot load the sweep's worlds and policies: {_one_line(exc)}"
+            ) from None
         config = make_config(ExperimentConfig, task["config"], where=f"sweep run {idx}")
         path = Path(task["path"])
+        from vivarium.errors import RunHealthWarning
         from vivarium.experiment import Experiment, Run, resume_run
 
-        if _resumable(path, task["run_id"]):
-            try:
-                resume_run(path, progress=False, llm=_llm_transport(config))
-                result["action"] = "resumed"
-            except (TraceError, ConfigError):  # the checkpoint cannot be used: start over
+        with warnings.catch_warnings():
+            # The sweep reports every run's health at its end, in one warning (Sweep.problems).
+            warnings.simplefilter("ignore", RunHealthWarning)
+            if _resumable(path, task["run_id"]):
+                try:
+                    resume_run(path, progress=False, llm=_llm_transport(config))
+                    result["action"] = "resumed"
+                except (TraceError, ConfigError):  # the checkpoint cannot be used: start over
+                    Experiment(config).run(path, progress=False)
+                    result["action"] = "reran"
+            else:
                 Experiment(config).run(path, progress=False)
-                result["action"] = "reran"
-        else:
-            Experiment(config).run(path, progress=False)
-            result["action"] = "ran"
+                result["action"] = "ran"
         meta = Run.open(path).metadata
         if meta["status"] != "complete":
             raise VivariumError(f"run ended with status '{meta['status']}'")
@@ -657,27 +709,6 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- running ----------------------------------------------------------------------------------
-
-
-def _plugin_modules(runs: Sequence[PlannedRun], extra: Iterable[str] | None) -> list[str]:
-    """Modules that registered the worlds and policies the runs use (workers import them)."""
-    from vivarium.build import POLICIES, WORLDS
-
-    found: list[str] = list(extra or ())
-    for run in runs:
-        c = run.config
-        factories = [WORLDS.get(c.world)]
-        groups = c.agents if isinstance(c.agents, list) else None
-        names = {g.policy for g in groups} if groups else {c.policy}
-        factories.extend(POLICIES.get(n) for n in sorted(names))
-        for factory in factories:
-            module = getattr(factory, "__module__", None)
-            if not module or module in found or module in {"__main__", "__mp_main__"}:
-                continue
-            if module == "vivarium.build":
-                continue
-            found.append(module)
-    return found
 
 
 def _finished(path: Path, run_id: str) -> bool:
@@ -704,13 +735,6 @@ def _default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _mp_context() -> Any:
-    import multiprocessing as mp
-
-    methods = mp.get_all_start_methods()
-    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
 def _execute_inline(
     tasks: list[dict[str, Any]], done: Callable[[dict[str, Any]], None], **_: Any
 ) -> None:
@@ -718,52 +742,235 @@ def _execute_inline(
         done(run_task(task))
 
 
+# The local backend's workers are fresh interpreters started with ``python -c`` (never
+# multiprocessing's spawn or forkserver, which re-run the user's script or notebook kernel
+# module as ``__mp_main__`` in every worker: a script without a main guard would start its sweep
+# again in each one). A worker imports only Vivarium, gets the sweep process's ``sys.path``, and
+# exchanges pickled task and result dicts over pipes; the user's worlds and policies travel in
+# the tasks (``_pack_registrations``).
+_SYS_PATH_VAR = "VIVARIUM_SWEEP_SYS_PATH"
+_WORKER_CODE = (
+    "import json, os, sys; "
+    f"sys.path[:] = json.loads(os.environ.pop({_SYS_PATH_VAR!r})); "
+    "from vivarium.sweep import _worker_main; _worker_main()"
+)
+_HEADER = struct.Struct("!Q")
+_MAX_START_FAILURES = 3
+_STOP_SECONDS = 10.0
+
+
+def _send(fd: int, message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(fd: int) -> Any:
+    """The next message on ``fd``, or None when the other end is closed (or died)."""
+    head = _read_exactly(fd, _HEADER.size)
+    if head is None:
+        return None
+    data = _read_exactly(fd, _HEADER.unpack(head)[0])
+    return None if data is None else pickle.loads(data)
+
+
+def _watch_sweep(alive_fd: int) -> None:
+    """Exit when the sweep process is gone (killed, or its kernel died).
+
+    The sweep process holds the only write end of this pipe and never writes to it: the read
+    returns only when the kernel closes it, at the sweep's death. A worker would otherwise
+    finish its run racing a resumed sweep for the same trace; exiting at once leaves the trace
+    as a kill would: resumable.
+    """
+    with contextlib.suppress(OSError):
+        os.read(alive_fd, 1)
+    os._exit(70)
+
+
+def _worker_main() -> None:
+    """A local worker: run each task the sweep process sends, send back its result."""
+    task_fd, result_fd, alive_fd = (int(arg) for arg in sys.argv[1:4])
+    os.environ.setdefault("VIVARIUM_PROGRESS", "0")
+    threading.Thread(
+        target=_watch_sweep, args=(alive_fd,), name="vivarium-sweep-watchdog", daemon=True
+    ).start()
+    try:
+        _send(result_fd, {"ready": os.getpid()})
+        while (task := _recv(task_fd)) is not None:
+            _send(result_fd, run_task(task))
+    except KeyboardInterrupt:  # Ctrl-C: the run is recorded as interrupted, resumable
+        sys.exit(130)
+
+
+class _LocalWorker:
+    """One worker process, its pipes, and the task it is running."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        task_r, self.task_w = os.pipe()
+        self.result_r, result_w = os.pipe()
+        alive_r, self.alive_w = os.pipe()
+        child = (task_r, result_w, alive_r)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _WORKER_CODE, *map(str, child)],
+                pass_fds=child,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        except BaseException:
+            for fd in (self.task_w, self.result_r, self.alive_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in child:
+                os.close(fd)
+        self.task: dict[str, Any] | None = None
+        self.ready = False
+
+    def give(self, task: dict[str, Any]) -> None:
+        self.task = task
+        with contextlib.suppress(OSError):  # gone: its closed result pipe says so
+            _send(self.task_w, task)
+
+    def finish(self) -> None:
+        """No more tasks: the worker exits when it reads the end of its task pipe."""
+        if self.task_w >= 0:
+            os.close(self.task_w)
+            self.task_w = -1
+
+    def close(self, timeout: float) -> int:
+        self.finish()
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        for fd in (self.result_r, self.alive_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return code
+
+
+def _worker_env() -> dict[str, str]:
+    paths = [os.getcwd() if p == "" else p for p in sys.path]
+    return {**os.environ, "VIVARIUM_PROGRESS": "0", _SYS_PATH_VAR: json.dumps(paths)}
+
+
+def _death(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def _execute_local(
     tasks: list[dict[str, Any]],
     done: Callable[[dict[str, Any]], None],
     *,
     max_workers: int,
-    index: SweepIndex,
     **_: Any,
 ) -> None:
-    queue = list(tasks)
-    suspects: list[dict[str, Any]] = []
-    while queue or suspects:
-        # After a crash, the runs that were running are retried one at a time, so the one that
-        # kills its worker is found (and failed) without taking the others down with it.
-        if suspects:
-            batch, workers, suspects = suspects, 1, []
+    """Run ``tasks`` on up to ``max_workers`` worker processes, each started once.
+
+    A worker that dies fails only the run it was running (a segfault, the OOM killer); a new
+    worker takes its place. Workers that cannot start at all fail the runs with that reason.
+    """
+    if not sys.executable:
+        raise ConfigError("sweep: no Python executable to start workers with; use backend='inline'")
+    queue = collections.deque(tasks)
+    env = _worker_env()
+    selector = selectors.DefaultSelector()
+    workers: list[_LocalWorker] = []
+    start_failures = 0
+    started_once = False
+
+    def start() -> None:
+        worker = _LocalWorker(env)
+        workers.append(worker)
+        selector.register(worker.result_r, selectors.EVENT_READ, worker)
+        feed(worker)
+
+    def feed(worker: _LocalWorker) -> None:
+        if queue:
+            worker.give(queue.popleft())
         else:
-            batch, workers, queue = queue, min(max_workers, len(queue)), []
-        finished, broken = _run_pool(batch, workers, done)
-        if not broken:
-            continue
-        state = {row["idx"]: row["status"] for row in index.rows()}
-        left = [t for t in batch if t["index"] not in finished]
-        running = [t for t in left if state.get(t["index"]) == "running"]
-        waiting = [t for t in left if state.get(t["index"]) != "running"]
-        if not finished and not running:
-            for task in left:
-                done(_failure(task, _NO_START))
-            for task in queue + suspects:
-                done(_failure(task, _NO_START))
-            return
-        for task in left:
-            index.update(task["index"], status="pending")
-        if workers == 1:
-            for task in running:
-                done(_failure(task, "the worker process running this run died"))
-            suspects = waiting
-        else:
-            suspects = running
-            queue = waiting + queue
+            worker.finish()
+
+    try:
+        for _ in range(min(max_workers, len(queue))):
+            start()
+        while any(w.task is not None for w in workers):
+            for key, _events in selector.select():
+                worker = key.data
+                message = _recv(worker.result_r)
+                if message is not None and "ready" in message:
+                    worker.ready = started_once = True
+                    continue
+                if message is not None:
+                    worker.task = None
+                    done(message)
+                    feed(worker)
+                    continue
+                # The worker is gone.
+                selector.unregister(worker.result_r)
+                workers.remove(worker)
+                code = worker.close(_STOP_SECONDS)
+                task, worker.task = worker.task, None
+                if worker.ready:
+                    if task is not None:
+                        died = f"the worker process running this run died ({_death(code)})"
+                        done(_failure(task, died))
+                    if queue:
+                        start()
+                    continue
+                if task is not None:
+                    queue.appendleft(task)
+                start_failures += 1
+                if started_once and start_failures < _MAX_START_FAILURES:
+                    start()
+                elif not any(w.task is not None for w in workers):
+                    error = (
+                        f"the worker processes could not start ({_death(code)}; their error is "
+                        "on stderr); use backend='inline' to run in this process"
+                    )
+                    while queue:
+                        done(_failure(queue.popleft(), error))
+    except BaseException:
+        _stop_workers(workers)
+        raise
+    finally:
+        for worker in workers:
+            worker.close(_STOP_SECONDS)
+        selector.close()
 
 
-_NO_START = (
-    "the worker processes could not start (their error is on stderr): run a sweep from a "
-    "notebook, or from a script file under `if __name__ == '__main__':`, or use "
-    "backend='inline'"
-)
+def _stop_workers(workers: Sequence[_LocalWorker]) -> None:
+    """Interrupted: Ctrl-C the workers (their runs end as interrupted, resumable), then wait.
+
+    A terminal's Ctrl-C reaches the workers itself; a notebook's interrupt reaches only the
+    kernel, so it is passed on. A worker that does not stop in time is killed, as a crash
+    would: its trace stays resumable.
+    """
+    for worker in workers:
+        if worker.process.poll() is None:
+            with contextlib.suppress(OSError):
+                worker.process.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + _STOP_SECONDS
+    for worker in workers:
+        worker.close(max(0.0, deadline - time.monotonic()))
 
 
 def _failure(task: dict[str, Any], error: str) -> dict[str, Any]:
@@ -774,53 +981,6 @@ def _failure(task: dict[str, Any], error: str) -> dict[str, Any]:
         "error": error,
         "action": None,
     }
-
-
-def _run_pool(
-    batch: list[dict[str, Any]], workers: int, done: Callable[[dict[str, Any]], None]
-) -> tuple[set[int], bool]:
-    """Run ``batch`` in a fresh process pool; returns the runs finished and whether it broke."""
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
-
-    executor = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=_mp_context(),
-        initializer=_init_local_worker,
-        initargs=(os.getpid(), _process_token(os.getpid())),
-    )
-    futures = {executor.submit(run_task, task): task for task in batch}
-    finished: set[int] = set()
-    broken = False
-    try:
-        waiting = set(futures)
-        while waiting:
-            ready, waiting = wait(waiting, return_when=FIRST_COMPLETED)
-            for future in ready:
-                task = futures[future]
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    broken = True
-                    continue
-                except Exception as exc:  # the task could not be sent: this run only
-                    result = _failure(task, _one_line(exc))
-                finished.add(task["index"])
-                done(result)
-    except BaseException:
-        _stop_pool(executor)
-        raise
-    executor.shutdown(wait=True, cancel_futures=True)
-    return finished, broken
-
-
-def _stop_pool(executor: Any) -> None:
-    """Interrupted: stop the workers now (their runs stay resumable), drop queued runs."""
-    processes = list(getattr(executor, "_processes", {}).values())
-    for process in processes:
-        with contextlib.suppress(Exception):
-            process.terminate()
-    executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _execute_ray(
@@ -899,9 +1059,11 @@ def run_sweep(
     ``grid`` maps config fields (dotted for nested ones: ``llm.temperature``) to lists of values;
     ``configs`` lists explicit configs (dicts of overrides of ``base``, or whole configs).
     Traces go to ``folder`` (default ``runs/<name>-sweep/``) with ``index.sqlite``. Finished runs
-    are skipped, interrupted ones resumed or redone; a failed run is recorded, not raised.
-    ``plugins`` names modules that workers import to register custom worlds and policies (the
-    modules that registered those the runs use are found on their own).
+    are skipped, interrupted ones resumed or redone. A failed run is recorded and the others go
+    on; then, if every run failed, ``SweepFailed`` is raised (one line, the first error; the
+    ``Sweep`` is its ``sweep``), and if some did, a ``SweepWarning`` gives their count and the
+    first error. Worlds and policies registered in this process (a notebook cell, a script) are
+    sent to the workers; ``plugins`` names modules that workers import first.
     """
     from vivarium.experiment import DEFAULT_RUNS_DIR, _progress_enabled
 
@@ -919,7 +1081,8 @@ def run_sweep(
     except OSError as exc:
         raise ConfigError(f"cannot create sweep folder {out}: {exc.strerror}") from None
     out = out.resolve()
-    modules = _plugin_modules(runs, plugins)
+    modules = list(plugins or ())
+    registrations = None if backend == "inline" else _pack_registrations(runs)
     param_names: list[str] = []
     for run in runs:
         param_names.extend(k for k in run.params if k not in param_names and k != "seed")
@@ -951,6 +1114,7 @@ def run_sweep(
                     "path": str(path),
                     "index_path": str(index.path),
                     "plugins": modules,
+                    "registrations": registrations,
                     "cwd": os.getcwd(),
                 }
             )
@@ -996,15 +1160,80 @@ def run_sweep(
                     index=index,
                 )
         except BaseException as exc:
-            # Interrupted: what was running or queued is recorded as failed; a rerun redoes it.
+            # Interrupted: the runs that were running are recorded as failed (their traces are
+            # resumable), those not started stay pending; a re-run of the sweep does the rest.
+            reason = f"interrupted ({_one_line(exc)}): re-run the sweep to finish it"
             for row in index.rows():
-                if row["idx"] in started and row["status"] in {"pending", "running"}:
-                    index.update(row["idx"], status="failed", error=_one_line(exc) or "interrupted")
+                if row["idx"] in started and row["status"] == "running":
+                    index.update(row["idx"], status="failed", error=reason)
             raise
         finally:
             if bar is not None:
                 bar.close()
-    return Sweep.open(out)
+    sweep = Sweep.open(out)
+    _report_failures(sweep)
+    return sweep
+
+
+def _report_failures(sweep: Sweep) -> None:
+    """Every run failed: raise. Some did, or some complete runs are not clean results (their
+    decisions fell back: a policy raised, replies were unusable): warn, with the count and the
+    first error."""
+    failed, problems = sweep.failed_count, sweep.problems
+    if not failed and not problems:
+        return
+    where = f"{sweep.folder / INDEX_FILE}"
+    if failed and failed == len(sweep):
+        raise SweepFailed(
+            f"sweep {sweep.name}: all {failed} runs failed; first: {sweep.first_error} "
+            f"(every error: sweep.failed, or {where})",
+            sweep,
+        )
+    parts = []
+    if failed:
+        parts.append(
+            f"{failed} of {len(sweep)} runs failed; first: {sweep.first_error} (every error: "
+            f"sweep.failed); the frames hold the {len(sweep) - failed} complete runs"
+        )
+    if problems:
+        parts.append(
+            f"{len(problems)} of {len(sweep)} runs completed with problems; first: {problems[0]} "
+            "(every one: sweep.problems)"
+        )
+    warnings.warn(
+        f"sweep {sweep.name}: " + "; ".join(parts), SweepWarning, stacklevel=_user_stacklevel()
+    )
+
+
+def _first_fallback(path: Path) -> str:
+    """``; first: step 3, agent_001: policy error: ...`` for a trace with fallbacks, else ""."""
+    from vivarium.trace.db import TraceDb
+
+    with contextlib.suppress(TraceError, sqlite3.Error):
+        con = TraceDb.connect_readonly(path)
+        try:
+            row = con.execute(
+                "SELECT step, agent_id, error FROM actions WHERE fallback = 1 LIMIT 1"
+            ).fetchone()
+        finally:
+            con.close()
+        if row is not None:
+            return f"; first: step {row[0]}, {row[1]}: {_short_error(row[2])}"
+    return ""
+
+
+def _short_error(text: Any) -> str:
+    line = " ".join(str(text or "no reason recorded").split())
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside Vivarium."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _task_config(config: ExperimentConfig, path: Path) -> dict[str, Any]:
@@ -1047,6 +1276,7 @@ class Sweep(FrameViews):
         self._rows = rows
         self._tables: dict[str, Any] = {}
         self._runs: list[Run] | None = None
+        self._problems: list[str] | None = None
 
     @classmethod
     def open(cls, folder: str | os.PathLike[str]) -> Sweep:
@@ -1118,6 +1348,42 @@ class Sweep(FrameViews):
         return frame[frame["status"] != "complete"].reset_index(drop=True)
 
     @property
+    def problems(self) -> list[str]:
+        """Complete runs that are not clean results (see ``Run.health``: decisions that fell
+        back, every LLM call failed), one line each in run order, with the first reason."""
+        if self._problems is None:
+            from vivarium.trace.health import run_health
+
+            out = []
+            for row in self._rows:
+                if row["status"] != "complete":
+                    continue
+                path = self.folder / row["path"]
+                try:
+                    health = run_health(path)
+                except (TraceError, sqlite3.Error):
+                    continue
+                if not health.ok:
+                    where = f"run {row['idx']} ({_describe(row['params'], row['replication'])})"
+                    out.append(f"{where}: {health}{_first_fallback(path)}")
+            self._problems = out
+        return self._problems
+
+    @property
+    def failed_count(self) -> int:
+        """How many runs are not complete (failed, or never finished)."""
+        return sum(row["status"] != "complete" for row in self._rows)
+
+    @property
+    def first_error(self) -> str | None:
+        """The first run that is not complete, with its parameters and error (None: none)."""
+        for row in self._rows:
+            if row["status"] != "complete":
+                error = row["error"] or f"status {row['status']}"
+                return f"run {row['idx']} ({_describe(row['params'], row['replication'])}): {error}"
+        return None
+
+    @property
     def runs(self) -> list[Run]:
         """The complete runs, in run order."""
         if self._runs is None:
@@ -1179,31 +1445,44 @@ class Sweep(FrameViews):
         """Agents of every run; the run's seed is ``sweep.seed`` here (``seed`` is the agent's)."""
         return self.frame("agents")
 
-    def to_parquet(self, directory: str | os.PathLike[str]) -> dict[str, Path]:
-        """Write every merged frame as ``<directory>/<frame>.parquet`` (and the index)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    @property
+    def source_id(self) -> str:
+        return f"sweep {self.name}"
 
-        paths = super().to_parquet(directory)
-        out = Path(directory)
-        paths["index"] = out / "index.parquet"
-        pq.write_table(pa.Table.from_pandas(self.index, preserve_index=False), paths["index"])
-        return paths
+    def parquet_tables(self) -> dict[str, Any]:
+        """Every merged frame, and the index."""
+        import pyarrow as pa
+
+        tables = super().parquet_tables()
+        tables["index"] = pa.Table.from_pandas(self.index, preserve_index=False)
+        return tables
 
     # -- views --------------------------------------------------------------------------------
     def summary(self) -> str:
-        """One line: ``sweep demo: 8 runs: 7 complete, 1 failed (runs/demo-sweep)``."""
+        """One line: ``sweep demo: 8 runs: 7 complete, 1 failed (runs/demo-sweep)``, and when
+        runs failed, the first error: ``...; first failure: run 3 (agents=5, ...): ...``."""
         counts = {k: v for k, v in self.counts().items() if v}
         parts = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no runs"
-        return f"sweep {self.name}: {len(self._rows)} runs: {parts} ({self.folder})"
+        line = f"sweep {self.name}: {len(self._rows)} runs: {parts} ({self.folder})"
+        first = self.first_error
+        if first is not None:
+            line += f"; first failure: {first}"
+        if self.problems:
+            line += f"; {len(self.problems)} complete runs with problems, first: {self.problems[0]}"
+        return line
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.counts().items() if v)
+        first = self.first_error
+        failure = "" if first is None else f", first_failure={first!r}"
+        if self.problems:
+            failure += f", with_problems={len(self.problems)}, first_problem={self.problems[0]!r}"
         return (
-            f"Sweep(name={self.name!r}, runs={len(self._rows)}, {counts}, folder='{self.folder}')"
+            f"Sweep(name={self.name!r}, runs={len(self._rows)}, {counts}{failure}, "
+            f"folder='{self.folder}')"
         )
 
     def _repr_html_(self) -> str:
@@ -1388,6 +1667,7 @@ __all__ = [
     "main_sweep",
     "parse_grid_items",
     "plan_sweep",
+    "run_seed_of",
     "run_sweep",
     "run_task",
     "split_sweep_section",

@@ -1,10 +1,25 @@
 """The notebook control panel: ``Experiment(...).controls()``.
 
 A form for the experiment (world, policy, agents, steps, seed, scheduling and, for LLM
-policies, model / mock / cache mode), a Run button, a progress bar the engine drives, a figure
-that updates as steps complete, and a summary table at the end. Errors are shown in the panel
-as one line, never as a traceback. The logic lives in plain methods (``run()``, ``config()``),
-so tests drive the panel without a browser: set widget values, ``click``, read the outputs.
+policies, model / mock / api_base / API key / cache mode), a Run button, a progress bar the
+engine drives, a figure that updates as steps complete, and a summary table at the end. The
+logic lives in plain methods (``run()``, ``config()``), so tests drive the panel without a
+browser: set widget values, ``click``, read the outputs.
+
+The panel offers only what can run and never changes what the user typed:
+
+- ``workflow`` agents come from agent folders, so the policy list never offers it; a config
+  with agent folders (``data/experiments/ecology.yaml``) keeps them, listed above the form,
+  with the world they were written for, and ``agents`` sets how many other agents join them;
+- random agents in the ecology draw the ecology's actions (``build.random_action_space``);
+- a bad value (negative steps, zero agents) is refused with one line, not clamped; 0 steps is
+  a valid, empty run;
+- a result whose settings were edited since is marked ``settings changed since this
+  result``; a run that is not a clean result (``Run.health``) is shown in red;
+- every Run keeps its own trace (``Experiment.run``'s default path never replaces another
+  run) and the status line says where it went;
+- the API key field is a password field whose value is taken out of the widget at once (so
+  the notebook's saved widget state never holds it) and is never shown or recorded.
 """
 
 from __future__ import annotations
@@ -21,6 +36,9 @@ if TYPE_CHECKING:
     from vivarium.experiment import Experiment, Run
 
 LLM_POLICIES = {"cognitive", "workflow"}
+# Policies whose agents need an agent folder: offered only through a config's agent groups.
+FOLDER_POLICIES = {"workflow"}
+STALE_NOTE = "settings changed since this result"
 
 
 def _figure_output(fig: Any) -> dict[str, Any]:
@@ -51,25 +69,48 @@ class ControlPanel:
         self.experiment = experiment or Experiment()
         self.folder = Path(folder)
         self.run_result: Run | None = None
+        self.runs: list[Run] = []  # every run made from this panel, in order (each its own file)
         self.last_figure: Any = None
+        self._summary_html = ""
+        self._running = False
         c = self.experiment.config
         llm = c.llm
+        groups = c.agents if isinstance(c.agents, list) else []
+        self._folder_groups = [g for g in groups if g.agent]
+        self._other_groups = [g for g in groups if not g.agent]
+        # The agent key stays out of every widget; None: the config's, or the environment's.
+        self._api_key: Any = llm.api_key if llm else None
         style = {"description_width": "90px"}
+        # Groups with agent folders or their own action spaces were written for one world.
+        fixed_world = any(g.agent or g.action_space for g in groups)
         self.world = w.Dropdown(
-            options=known_names("world"), value=c.world, description="world", style=style
+            options=known_names("world"),
+            value=c.world,
+            description="world",
+            style=style,
+            disabled=fixed_world,
+            tooltip="the agent groups of this experiment are made for this world"
+            if fixed_world
+            else "",
         )
+        policy = self._other_groups[-1].policy if self._other_groups else c.policy
+        offered = [n for n in known_names("policy") if n not in FOLDER_POLICIES]
+        if policy not in offered:  # shown as configured, so that running it says what is wrong
+            offered.append(policy)
         self.policy = w.Dropdown(
-            options=known_names("policy"), value=c.policy, description="policy", style=style
+            options=offered,
+            value=policy,
+            description="policy",
+            style=style,
+            disabled=bool(groups) and not self._other_groups,
         )
-        self.agents = w.BoundedIntText(
-            value=c.agent_count, min=1, max=100_000, description="agents", style=style
-        )
-        self.steps = w.BoundedIntText(
-            value=c.steps, min=1, max=1_000_000, description="steps", style=style
-        )
-        self.seed = w.BoundedIntText(
-            value=c.seed, min=0, max=2**31 - 1, description="seed", style=style
-        )
+        # Plain int fields: a bad value is refused in one line when Run is clicked, never
+        # silently clamped to a bound.
+        self.agents = w.IntText(value=c.agent_count, description="agents", style=style)
+        self.steps = w.IntText(value=c.steps, description="steps", style=style)
+        self.seed = w.IntText(value=c.seed, description="seed", style=style)
+        self.groups = w.HTML(value=self._describe_groups())
+        self.groups.layout.display = "" if self._folder_groups else "none"
         self.scheduling = w.Dropdown(
             options=["sequential", "simultaneous"],
             value=c.scheduling,
@@ -78,6 +119,19 @@ class ControlPanel:
         )
         self.model = w.Text(value=llm.model if llm else "mock", description="model", style=style)
         self.mock = w.Checkbox(value=llm.uses_mock if llm else True, description="mock LLM")
+        self.api_base = w.Text(
+            value=(llm.api_base or "") if llm else "",
+            placeholder="e.g. http://127.0.0.1:8080/v1",
+            description="api_base",
+            style=style,
+        )
+        self.api_key = w.Password(
+            value="",
+            placeholder=self._key_placeholder(),
+            description="API key",
+            style=style,
+            continuous_update=False,  # the whole key at once, then taken out of the widget
+        )
         self.cache_mode = w.Dropdown(
             options=["off", "record", "replay", "auto"],
             value=(llm.cache_mode if llm and llm.cache else "off"),
@@ -89,12 +143,27 @@ class ControlPanel:
         self.status = w.HTML(value="")
         self.figure = w.Output(layout={"min_height": "60px"})
         self.summary = w.HTML(value="")
-        self.llm_box = w.VBox([self.model, self.mock, self.cache_mode])
+        self.llm_box = w.VBox([self.model, self.mock, self.api_base, self.api_key, self.cache_mode])
         self.run_button.on_click(lambda _button: self.run())
         self.policy.observe(lambda _change: self._show_llm_fields(), names="value")
+        self.api_key.observe(self._take_key, names="value")
+        for field in (
+            self.world,
+            self.policy,
+            self.agents,
+            self.steps,
+            self.seed,
+            self.scheduling,
+            self.model,
+            self.mock,
+            self.api_base,
+            self.cache_mode,
+        ):
+            field.observe(lambda _change: self._mark_stale(), names="value")
         self._show_llm_fields()
         self.widget = w.VBox(
             [
+                self.groups,
                 w.HBox(
                     [
                         w.VBox([self.world, self.policy, self.scheduling]),
@@ -110,8 +179,85 @@ class ControlPanel:
         )
 
     # -- what the form says -----------------------------------------------------------------
+    def _uses_llm(self) -> bool:
+        """Whether any agent of the form calls a model (the last group of other agents has the
+        form's policy; every other group keeps its own)."""
+        fixed = self._folder_groups + self._other_groups[:-1]
+        policies = {self.policy.value} | {g.policy for g in fixed}
+        return bool(policies & LLM_POLICIES)
+
     def _show_llm_fields(self) -> None:
-        self.llm_box.layout.display = "" if self.policy.value in LLM_POLICIES else "none"
+        self.llm_box.layout.display = "" if self._uses_llm() else "none"
+
+    def _describe_groups(self) -> str:
+        from html import escape
+
+        if not self._folder_groups:
+            return ""
+        names = ", ".join(
+            f"{escape(g.id or Path(g.agent or '').name)} ({escape(g.policy)})"
+            + (f" x{g.count}" if g.count > 1 else "")
+            for g in self._folder_groups
+        )
+        return f"<b>agent folders</b>: {names}; <i>agents</i> counts them and the agents added"
+
+    def _key_placeholder(self) -> str:
+        return "set (hidden); type to replace" if self._api_key else "none: from the environment"
+
+    def _take_key(self, change: dict[str, Any]) -> None:
+        """Keep a typed key out of the widget: the panel holds it as a secret, the field empties
+        (so neither the page nor the notebook's saved widget state keeps it)."""
+        from pydantic import SecretStr
+
+        value = change.get("new") or ""
+        if not value:
+            return
+        self._api_key = SecretStr(value.strip())
+        self.api_key.value = ""
+        self.api_key.placeholder = self._key_placeholder()
+        self._mark_stale()
+
+    def _mark_stale(self) -> None:
+        """An edit after a run: the result on screen no longer matches the form; say so."""
+        if self._running or self.run_result is None or not self._summary_html:
+            return
+        self.summary.value = (
+            f"<div style='color:#b60'><b>{STALE_NOTE}</b> (click Run to update it)</div>"
+            + self._summary_html
+        )
+
+    def _agents(self, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The config's agent groups (dumped), in their order, with the agent folders kept and
+        the last group of other agents made up to the total in the form and given the form's
+        policy; refused in one line when the total cannot be made. Unchanged settings give
+        the config's own groups, so the panel makes the same run as the config file."""
+        from vivarium.errors import ConfigError
+
+        want = self.agents.value
+        folders = [g for g in groups if g.get("agent")]
+        fixed = sum(g["count"] for g in folders)
+        last = max((i for i, g in enumerate(groups) if not g.get("agent")), default=None)
+        kept = sum(g["count"] for i, g in enumerate(groups) if not g.get("agent") and i != last)
+        rest = want - fixed - kept if isinstance(want, int) else -1
+        names = ", ".join(g.get("id") or Path(g["agent"]).name for g in folders)
+        if last is None and rest != 0:
+            raise ConfigError(
+                f"panel: agents: {want!r} agents: this experiment has {fixed} "
+                f"({names}, from agent folders)"
+            )
+        if rest < 0:
+            raise ConfigError(
+                f"panel: agents: {want!r} agents: at least {fixed + kept} "
+                f"({names} come from agent folders)"
+            )
+        if last is None:
+            return groups
+        out = [dict(g) for g in groups]
+        if (rest, self.policy.value) != (out[last]["count"], out[last]["policy"]):
+            out[last].update(count=rest, policy=self.policy.value)
+            if not rest:
+                del out[last]
+        return out
 
     def config(self) -> Any:
         """The experiment config the form describes (raises ConfigError on a bad value)."""
@@ -120,19 +266,23 @@ class ControlPanel:
         data = self.experiment.config.model_dump()
         data.update(
             world=self.world.value,
-            policy=self.policy.value,
-            steps=int(self.steps.value),
-            seed=int(self.seed.value),
+            steps=self.steps.value,
+            seed=self.seed.value,
             scheduling=self.scheduling.value,
         )
-        if (
-            isinstance(data.get("agents"), int)
-            or self.agents.value != self.experiment.config.agent_count
-        ):
-            data["agents"] = int(self.agents.value)
-        if self.policy.value in LLM_POLICIES:
+        if isinstance(data.get("agents"), list):  # each group names its own policy
+            data["agents"] = self._agents(data["agents"])
+        else:
+            data.update(agents=self.agents.value, policy=self.policy.value)
+        _check_action_space(data.get("action_space"), self.world.value)
+        if self._uses_llm():
             llm = dict(data.get("llm") or {})
-            llm.update(model=self.model.value or "mock", mock=bool(self.mock.value))
+            llm.update(
+                model=self.model.value or "mock",
+                mock=bool(self.mock.value),
+                api_base=self.api_base.value.strip() or None,
+                api_key=self._api_key,
+            )
             if self.cache_mode.value == "off":
                 llm["cache"] = None
             else:
@@ -147,13 +297,15 @@ class ControlPanel:
         from vivarium.experiment import Experiment
 
         self.run_button.disabled = True
+        self._running = True
         self.status.value = "running..."
-        self.summary.value = ""
+        self.summary.value = self._summary_html = ""
         self.figure.outputs = ()
         try:
             config = self.config()
             self.progress.max = config.steps
             self.progress.value = 0
+            self.progress.description = "0 steps"
             self.progress.bar_style = ""
             counts: dict[int, dict[str, int]] = {}
             every = max(1, config.steps // 10)
@@ -165,21 +317,62 @@ class ControlPanel:
                 if (step + 1) % every == 0 or step + 1 == config.steps:
                     self._show_live(counts)
 
-            db = Path(config.db) if config.db else self.folder / f"{config.name}.sqlite"
-            run = Experiment(config).run(db, progress=False, on_step=on_step)
+            run, moved = self._run(Experiment(config), on_step)
             self.run_result = run
+            self.runs.append(run)
             self._show_final(run)
-            self.progress.bar_style = "success"
-            n = len(run.actions)
-            self.status.value = f"<b>done</b>: {n} decisions in {run.path}"
+            self._show_done(run, moved)
             return run
         except VivariumError as exc:
             self._error(str(exc))
         except Exception as exc:  # the panel shows it; the notebook keeps running
             self._error(f"{type(exc).__name__}: {exc}")
         finally:
+            self._running = False
             self.run_button.disabled = False
         return None
+
+    def _run(self, experiment: Experiment, on_step: Any) -> tuple[Run, str | None]:
+        """Run into the experiment's default trace path under the panel's folder, which never
+        replaces another run's trace. Returns the run and, when its default file held another
+        run, the warning that says where this one went instead (shown in the panel)."""
+        import warnings
+
+        from vivarium.errors import RunHealthWarning, TracePathWarning
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run = experiment.run(folder=self.folder, progress=False, on_step=on_step)
+        moved = None
+        for item in caught:
+            if issubclass(item.category, TracePathWarning):
+                moved = str(item.message)
+            elif not issubclass(item.category, RunHealthWarning):  # the panel shows health
+                warnings.warn_explicit(
+                    item.message, item.category, item.filename, item.lineno, source=item.source
+                )
+        return run, moved
+
+    def _show_done(self, run: Run, moved: str | None) -> None:
+        """One status line: decisions and where the trace is; in red with the run's health
+        problems when it is not a clean result."""
+        from html import escape
+
+        where = escape(str(run.path))
+        if moved:
+            where += " (the default file holds an earlier run, kept)"
+        n = len(run.actions)
+        health = getattr(run, "health", None)
+        if health is not None and not health.ok:
+            self.progress.bar_style = "warning"
+            problems = escape("; ".join(health.problems))
+            self.status.value = (
+                f"<span style='color:#b00'><b>not a clean result</b>: {problems}. "
+                f"{n} decisions in {where}</span>"
+            )
+        else:
+            self.progress.bar_style = "success"
+            self.status.value = f"<b>done</b>: {n} decisions in {where}"
 
     def _error(self, message: str) -> None:
         from html import escape
@@ -213,7 +406,8 @@ class ControlPanel:
 
         self._set_figure(behaviour_timeline(run))
         table = summary(run)
-        self.summary.value = table.to_html(index=False, float_format=lambda v: f"{v:.3g}")
+        self._summary_html = table.to_html(index=False, float_format=lambda v: f"{v:.3g}")
+        self.summary.value = self._summary_html
 
     def _set_figure(self, fig: Any) -> None:
         import matplotlib.pyplot as plt
@@ -226,6 +420,33 @@ class ControlPanel:
         from IPython.display import display
 
         display(self.widget)
+
+
+def _world_actions(world: str) -> tuple[str, ...] | None:
+    """The actions of a built-in world (None for a world the panel does not know)."""
+    if world == "channel":
+        from vivarium.worlds.channel import CHANNEL_ACTIONS
+
+        return CHANNEL_ACTIONS.names()
+    if world == "ecology":
+        from vivarium.worlds.ecology import ECOLOGY_ACTIONS
+
+        return ECOLOGY_ACTIONS.names()
+    return None
+
+
+def _check_action_space(space: list[str] | None, world: str) -> None:
+    """An action space written for one world, run in another, would fail every draw of the
+    missing actions: refuse it in one line (switching the world keeps the config's space)."""
+    from vivarium.errors import ConfigError
+
+    known = _world_actions(world)
+    missing = [a for a in space or () if known is not None and a not in known]
+    if missing:
+        raise ConfigError(
+            f"panel: action_space: {missing[0]!r} is not an action of the {world} world "
+            f"(its actions: {', '.join(known or ())})"
+        )
 
 
 def _action_counts(record: Any) -> dict[str, int]:

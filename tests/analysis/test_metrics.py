@@ -310,6 +310,31 @@ def test_pivots_in_a_given_state_order_and_excluded_moves() -> None:
     assert ev.select("from_state", "to_state").rows() == [("C", "A")]
 
 
+def test_routine_transitions_are_not_pivots_unless_asked() -> None:
+    # The workflow declared C -> A its routine loop (the trace's routine column says so).
+    routine = transitions_frame().with_columns(
+        routine=(pl.col("from_state") == "C") & (pl.col("to_state") == "A")
+    )
+    ev = pivot_events(routine, as_="polars")
+    assert ev.select("agent_id", "step", "from_state", "to_state").rows() == [
+        ("a", 1, "C", "B"),
+        ("b", 1, "B", "A"),
+    ]
+    everything = pivot_events(routine, include_routine=True, as_="polars")
+    assert everything.height == 3
+    data = {"actions": actions_frame(), "transitions": routine}
+    assert rows(pivots(data), "run_id", "agent_id", "pivots") == [
+        ("r1", "a", 1),
+        ("r1", "b", 1),
+        ("r2", "a", 0),
+    ]
+    assert rows(pivots(data, include_routine=True), "agent_id", "pivots")[0] == ("a", 2)
+    assert summary(data, as_="polars")["pivots"].to_list() == [2, 0]
+    assert summary(data, include_routine=True, as_="polars")["pivots"].to_list() == [3, 0]
+    # a trace from before routine was recorded (no column) counts every move, as it did
+    assert pivot_events(transitions_frame(), as_="polars").height == 3
+
+
 def test_should_pivot_flags_count_once_per_agent_and_step() -> None:
     meta = [None] * 8
     meta[2] = json.dumps({"should_pivot": True, "workflow_state": "C"})  # r1 step 1 a: dup
@@ -404,6 +429,8 @@ def test_summary_one_row_per_run() -> None:
         "steps",
         "decisions",
         "success_rate",
+        "fallbacks",
+        "fallback_rate",
         "messages",
         "llm_calls",
         "tokens",
@@ -419,6 +446,8 @@ def test_summary_one_row_per_run() -> None:
         "steps": 3,
         "decisions": 6,
         "success_rate": pytest.approx(4 / 6),
+        "fallbacks": 0,
+        "fallback_rate": 0.0,
         "messages": 3,
         "llm_calls": 3,
         "tokens": 176,

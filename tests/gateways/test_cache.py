@@ -133,16 +133,58 @@ def test_async_record_and_replay(tmp_path: Path) -> None:
     assert all(r.cache_hit for r in replayed)
 
 
-def test_errors_are_not_cached(tmp_path: Path) -> None:
+def test_failures_are_cached_with_their_attempts_and_replayed(tmp_path: Path) -> None:
+    """A rejected request (not the infrastructure's fault) is part of what the run did: it is
+    stored, and asking again replays the same error and attempt without calling the server."""
     path = tmp_path / "c.sqlite"
     with FakeOpenAIServer(faults=["400"]) as server:
         gw = CachingGateway(LiteLLMGateway(api_base=server.base_url), path, mode="auto")
-        with collect_calls() as records, pytest.raises(LLMCallError):
+        with collect_calls() as records, pytest.raises(LLMCallError) as first:
             gw.chat(model=MODEL, messages=messages())
-        assert len(records) == 1 and records[0].error  # the failed attempt still reaches the trace
-        assert len(gw.cassette) == 0
-        assert gw.chat(model=MODEL, messages=messages()).content  # the next try records
-    assert len(Cassette(path)) == 1
+        assert len(records) == 1 and records[0].error  # the failed attempt reaches the trace
+        assert len(gw.cassette) == 1
+        with collect_calls() as again, pytest.raises(LLMCallError) as second:
+            gw.chat(model=MODEL, messages=messages())
+        assert server.request_count == 1  # replayed, not sent
+        gw.close()
+    assert (str(second.value), second.value.kind) == (str(first.value), "bad_request")
+    assert [(r.error, r.latency_ms, r.cache_hit) for r in again] == [
+        (records[0].error, records[0].latency_ms, True)
+    ]
+    # Only a cassette holding a failure needs the newer schema (older versions refuse it).
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    con.close()
+
+
+def test_an_outage_is_tried_again_in_auto_mode_when_the_run_stops_on_outages(
+    tmp_path: Path,
+) -> None:
+    """A run that stops on outages (the default) stopped at the stored one: resumed in auto
+    mode it must reach the server, and the reply replaces the failure. A run that records
+    outages as fallbacks replays them instead."""
+    from vivarium.gateways.base import reset_on_llm_error, set_on_llm_error
+
+    path = tmp_path / "c.sqlite"
+    with FakeOpenAIServer(faults=["503", "503"]) as server:
+        gw = CachingGateway(LiteLLMGateway(api_base=server.base_url, num_retries=0), path, "auto")
+        token = set_on_llm_error("fallback")
+        try:
+            for _ in range(2):  # stored, then replayed: the server sees one request
+                with pytest.raises(LLMCallError, match="injected 503"):
+                    gw.chat(model=MODEL, messages=messages())
+            assert server.request_count == 1
+        finally:
+            reset_on_llm_error(token)
+        with pytest.raises(LLMCallError, match="injected 503"):  # "stop": tried again
+            gw.chat(model=MODEL, messages=messages())
+        assert server.request_count == 2
+        reply = gw.chat(model=MODEL, messages=messages())  # the server is back
+        assert reply.content and server.request_count == 3
+        gw.close()
+    replay = CachingGateway(None, path, "replay")
+    assert replay.chat(model=MODEL, messages=messages()).content == reply.content
+    replay.close()
 
 
 def test_foreign_files_are_refused(tmp_path: Path) -> None:

@@ -191,3 +191,22 @@ def test_limiter_works_across_event_loops() -> None:
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="requests_per_minute"):
         RateLimiter(requests_per_minute=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"requests_per_minute": -60},
+        {"tokens_per_minute": -1.5},
+        {"requests_per_minute": float("nan")},
+        {"max_concurrent": -2},
+        {"max_concurrent": 1.5},
+    ],
+)
+def test_bad_limits_are_refused_in_one_line(kwargs: dict) -> None:
+    from vivarium.errors import ConfigError
+
+    ((name, value),) = kwargs.items()
+    with pytest.raises(ConfigError) as info:
+        RateLimiter(**kwargs)
+    assert str(info.value) == f"{name}: {value!r} is not a limit (a number > 0, or None)"

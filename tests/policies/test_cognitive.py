@@ -119,7 +119,8 @@ REPLIES: dict[str, Reply] = {
         finish_reason="length",
     ),
     "empty": LLMResponse(content="", finish_reason="stop"),
-    "llm_error": LLMCallError("rate limited", kind="rate_limit", retryable=True),
+    # A request the server rejects is the agent's failure (an outage is not: see below).
+    "llm_error": LLMCallError("context too long", kind="bad_request"),
     "other_error": RuntimeError("boom"),
 }
 
@@ -165,10 +166,31 @@ def test_gateway_error_becomes_noop(cls: type, case: str) -> None:
         assert action.metadata["fallback_reason"].startswith("llm error: ")
         assert action.metadata["finish_reason"] is None
     expected = {
-        "llm_error": "llm error: LLMCallError: rate limited",
+        "llm_error": "llm error: LLMCallError: context too long",
         "other_error": "llm error: RuntimeError: boom",
     }[case]
     assert action.metadata["fallback_reason"] == expected
+
+
+@pytest.mark.parametrize("cls", POLICIES)
+def test_an_outage_is_raised_not_a_fallback_unless_asked(cls: type) -> None:
+    from vivarium.gateways.base import LLMUnavailable, reset_on_llm_error, set_on_llm_error
+
+    outage = LLMCallError("rate limited (after 3 attempts)", kind="rate_limit", retryable=True)
+    policy = cls(ScriptedGateway(outage), model="m")
+    for call in (decide, adecide):
+        with pytest.raises(LLMUnavailable, match=r"^rate limited \(after 3 attempts\)"):
+            call(policy)
+    token = set_on_llm_error("fallback")  # what the engine sets for on_llm_error="fallback"
+    try:
+        action = decide(policy)
+    finally:
+        reset_on_llm_error(token)
+    assert action.action_name == "noop" and action.metadata["parse_path"] == "fallback"
+    assert (
+        action.metadata["fallback_reason"]
+        == "llm error: LLMCallError: rate limited (after 3 attempts)"
+    )
 
 
 def test_metadata_has_no_latency_or_cache_state() -> None:
@@ -192,7 +214,7 @@ def test_force_tool_sets_tool_choice() -> None:
     assert tool_choice_for("emit_event") == {"type": "function", "function": {"name": "emit_event"}}
     assert tool_choice_for(True, ["emit_event", "noop"]) == {
         "type": "function",
-        "function": {"name": "noop"},  # the first offered, in the observation's order
+        "function": {"name": "emit_event"},  # no post_message: the first offered but noop
     }
     assert tool_choice_for("post_message", ["noop"]) == "auto"  # not offered: never forced
 
@@ -365,3 +387,38 @@ def test_importing_vivarium_does_not_import_langgraph() -> None:
         "assert 'langgraph' not in sys.modules, 'langgraph imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _expected_llm_seed(master: int, agent_id: str) -> int:
+    import hashlib
+
+    label = f"{master}:llm:{agent_id}".encode()
+    return int.from_bytes(hashlib.sha256(label).digest()[:8], "big") & 0x7FFFFFFF
+
+
+def test_cognitive_agents_record_the_seed_they_send(tmp_path: Any) -> None:
+    from vivarium import Experiment
+
+    run = Experiment(
+        name="cog", policy="cognitive", agents=2, steps=1, seed=9, llm={"mock": True}
+    ).run(tmp_path / "cog.sqlite", progress=False)
+    recorded = dict(zip(run.agents["agent_id"], run.agents["seed"], strict=True))
+    expected = {a: str(_expected_llm_seed(9, a)) for a in ("agent_000", "agent_001")}
+    assert recorded == expected
+    # a policy given its own seed sends and records that one
+    policy = CognitiveAgentPolicy(None, {"model": "m", "seed": 5})
+    assert policy.seed == 5 and policy.request_seed("anyone") == 5
+
+
+def test_a_shared_policy_records_each_agents_derived_seed(tmp_path: Any) -> None:
+    from vivarium import Run, TraceDb, WorldEngine, WorldEngineConfig
+    from vivarium.gateways import MockLLMGateway
+
+    policy = SimpleCognitivePolicy(MockLLMGateway(seed=1), {"model": "mock"}, master_seed=3)
+    trace = TraceDb(tmp_path / "shared.sqlite")
+    engine = WorldEngine(WorldEngineConfig(run_id="s"), {"x": policy, "y": policy}, trace_db=trace)
+    engine.run(1)
+    trace.close()
+    agents = Run.open(tmp_path / "shared.sqlite").agents
+    expected = {a: str(derive_seed(3, a) & 0x7FFFFFFF) for a in ("x", "y")}
+    assert dict(zip(agents["agent_id"], agents["seed"], strict=True)) == expected

@@ -107,6 +107,9 @@ def test_a_200_step_run_survives_every_fault_and_records_each(
                 "timeout": 0.3,  # the "timeout" fault hangs for 0.8 s; the client gives up first
                 "num_retries": RETRIES,
                 "rate_limit_rpm": RPM,
+                # Decisions that run out of retries are recorded fallbacks here, not a stop
+                # (the default; tests/reliability/test_llm_outage.py).
+                "on_llm_error": "fallback",
             },
         )
         # The stack the config builds, with short backoffs and the limiter on a fast clock.
@@ -139,9 +142,11 @@ def test_a_200_step_run_survives_every_fault_and_records_each(
     assert len(errors) == sum(injected[f] for f in TRANSIENT)
     assert calls["error"].isna().sum() == sum(injected[f] for f in (*CONTENT, None))
 
-    # Every unusable reply reaches the policy and becomes a recorded fallback noop.
-    meta = actions["metadata"].map(json.loads)
-    reasons = meta.map(lambda m: m.get("fallback_reason"))
+    # Every unusable reply reaches the policy and becomes a recorded fallback noop: not a
+    # success, the reason in the error column.
+    reasons = actions["error"].where(actions["fallback"])
+    assert not actions.loc[actions["fallback"], "success"].any()
+    assert actions["metadata"].map(lambda m: "fallback_reason" not in json.loads(m)).all()
     for fault, text in CONTENT.items():
         assert reasons.str.startswith(text).sum() == injected[fault], fault
     # Decisions whose every attempt failed end as a fallback naming the last error.

@@ -46,9 +46,11 @@ def test_1000_llm_agents_x_100_steps_with_up_to_200_calls_in_flight(tmp_path: Pa
     assert report["peak_rss_mb"] < MAX_RSS_MB
     # Decisions start one after another (each request leaves before the next prompt is built),
     # so with the mock's 3 ms latency the first calls are done before the 200th starts: many
-    # are in flight at once, never more than the limit. (Reaching the limit exactly is tested
-    # in tests/test_engine_async.py.)
-    assert 50 <= report["max_in_flight"] <= 200
+    # are in flight at once, never more than the limit. How many depends on how fast this
+    # machine builds prompts (36-45 measured here, on this and the previous version alike), so
+    # the floor only says "concurrent, not one at a time". (Reaching the limit exactly is
+    # tested in tests/test_engine_async.py.)
+    assert 10 <= report["max_in_flight"] <= 200
 
     assert report["status"] == "complete"
     assert report["steps"] == steps

@@ -69,6 +69,7 @@ def run_phase2(tmp_path: Path, server: FakeOpenAIServer, *extra: str) -> list[st
     return [
         "phase2", "--steps", "3", "--agents", "2", "--model", "openai/fake", "--force-tool",
         "--num-retries", "0", "--no-progress", "--db", str(tmp_path / "trace.sqlite"),
+        "--on-llm-error", "fallback",  # the 401s become recorded fallbacks, their errors kept
         "--cache", str(tmp_path / "replies.cassette"), "--cache-mode", "record",
         *(["--api-base", server.base_url] if server else []), *extra,
     ]  # fmt: skip
@@ -78,7 +79,7 @@ def check_outputs(tmp_path: Path, key: str, *texts: str) -> Run:
     run = Run.open(tmp_path / "trace.sqlite")
     assert run.metadata["status"] == "complete"
     # The 401s happened, and their errors are on record (scrubbed).
-    reasons = run.actions["metadata"].str.cat()
+    reasons = run.actions["error"].dropna().str.cat()
     assert "AuthenticationError" in reasons and "rejected Bearer ***" in reasons
     run.to_parquet(tmp_path / "frames")
     assert_nowhere(key, output_bytes(tmp_path), run.metadata["config"].__repr__(), *texts)
@@ -171,12 +172,20 @@ def test_a_key_stays_out_of_a_replay_miss_a_resume_and_python_errors(
     texts += [str(err.value), repr(err.value), "".join(traceback.format_exception(err.value))]
     # An interrupted run resumed with the key: the resumed trace does not record it either.
     live = {"model": "openai/fake", "api_base": server.base_url, "api_key": key, "force_tool": True}
+    # By default the 401 stops the run: neither its one line nor the trace holds the key.
+    with pytest.raises(VivariumError, match="interrupted") as stopped:
+        Experiment(name="stop", policy="cognitive", agents=2, steps=2, llm=live).run(
+            tmp_path / "stop.sqlite", progress=False
+        )
+    texts += [str(stopped.value), "".join(traceback.format_exception(stopped.value))]
+    live["on_llm_error"] = "fallback"
     part = Experiment(name="part", policy="cognitive", agents=2, steps=4, llm=live)
     trace = TraceDb(tmp_path / "part.sqlite")
     part.build(trace).run(2, finish=False)
     trace.close()
     argv = ["resume", str(tmp_path / "part.sqlite"), "--no-progress"]
-    assert main([*argv, "--api-base", server.base_url, "--api-key", key]) == 0
+    fallback = ["--on-llm-error", "fallback"]
+    assert main([*argv, "--api-base", server.base_url, "--api-key", key, *fallback]) == 0
     out, err_text = capsys.readouterr()
     texts += [out, err_text, logged(debug_logs)]
     resumed = Run.open(tmp_path / "part.sqlite")

@@ -593,3 +593,12 @@ def test_arbitrary_text_only_raises_our_errors(text: str) -> None:
         except ALLOWED_ERRORS as exc:
             assert "\n" not in str(exc)
     assert context == make_context()
+
+
+@pytest.mark.parametrize("source", ["", "   ", "\n\t\n", "# only a comment"])
+def test_an_empty_expression_says_it_is_empty(source: str) -> None:
+    for call in (lambda: safe_eval.check(source), lambda: safe_eval.evaluate(source, {})):
+        with pytest.raises(UnsafeExpression) as info:
+            call()
+        assert str(info.value) == "expression is empty (write one, e.g. tick > 0)"
+    assert safe_eval.execute(source, {"x": 1}) == {}  # empty code is a valid no-op block

@@ -58,7 +58,12 @@ def test_conditions_use_the_context() -> None:
 def test_transition_record_or_error() -> None:
     sm = StateMachine(STATES, ["plan -> work"])
     record = sm.transition("plan", "work", trigger="make_plan: done")
-    assert record == {"from_state": "plan", "to_state": "work", "trigger": "make_plan: done"}
+    assert record == {
+        "from_state": "plan",
+        "to_state": "work",
+        "trigger": "make_plan: done",
+        "routine": False,
+    }
     with pytest.raises(TransitionError, match="no transition allows work -> plan"):
         sm.transition("work", "plan")
     with pytest.raises(TransitionError, match="state 'moon' is not defined"):
@@ -70,3 +75,22 @@ def test_bad_construction() -> None:
         StateMachine([])
     with pytest.raises(ValueError, match="initial state"):
         StateMachine(STATES, initial_state="moon")
+
+
+def test_a_move_is_routine_when_the_rule_that_allowed_it_says_so() -> None:
+    sm = StateMachine(
+        STATES,
+        [
+            "plan -> work",
+            {"from": "work", "to": "review", "routine": True},
+            {"from": "review", "to": "plan", "condition": "replan"},
+            {"from": "*", "to": "plan", "routine": True, "condition": "not replan"},
+        ],
+    )
+    assert sm.transition("work", "review")["routine"] is True
+    assert sm.transition("plan", "work")["routine"] is False
+    # the same move, allowed by different rules: the rule whose condition held decides
+    assert sm.transition("review", "plan", {"replan": True})["routine"] is False
+    assert sm.transition("review", "plan", {"replan": False})["routine"] is True
+    # with no rules listed, no move is routine
+    assert StateMachine(STATES).transition("review", "plan")["routine"] is False

@@ -52,6 +52,26 @@ def test_alpha_2_has_the_metrics_loop() -> None:
     assert set(review.transition_map.values()) == {"decide_action", "self_audit"}
 
 
+def test_the_example_workflows_mark_their_loops_routine() -> None:
+    def marks(name: str) -> dict[tuple[str, str], bool]:
+        wf = load_agent(ROOT / f"data/agents/{name}").workflow
+        return {(t.from_, t.to): t.routine for t in wf.transitions}
+
+    assert marks("alpha_2") == {
+        ("compute_metrics", "self_audit"): True,
+        ("self_audit", "review_strategy"): True,
+        ("review_strategy", "decide_action"): True,
+        ("review_strategy", "self_audit"): False,  # a change of strategy: a pivot
+        ("decide_action", "compute_metrics"): True,
+    }
+    assert marks("beta_2") == {
+        ("plan", "work"): True,
+        ("work", "review"): True,
+        ("*", "work"): True,
+        ("review", "plan"): False,  # a replan: a pivot
+    }
+
+
 def test_beta_2_reviews_periodically() -> None:
     spec = load_agent(ROOT / "data/agents/beta_2")
     runs_if = [s.run_if for s in spec.workflow.steps if s.run_if]
@@ -71,7 +91,10 @@ def test_agent_yaml_path_and_defaults(tmp_path: Path) -> None:
 
 
 def test_transition_shorthand_and_in_state_string(tmp_path: Path) -> None:
-    data = agent_data(transitions=["a -> b", "b->a", {"from": "*", "to": "a", "condition": "x"}])
+    data = agent_data(
+        transitions=["a -> b", "b->a", {"from": "*", "to": "a", "condition": "x"}],
+        variables={"x": False},
+    )
     spec = load_agent(write_agent(tmp_path / "x", data))
     rules = spec.workflow.transitions
     assert [(r.from_, r.to, r.condition) for r in rules] == [
@@ -192,6 +215,25 @@ def test_undefined_state_in_transition_names_file_and_field(tmp_path: Path) -> N
         ({"default_on_failure": "explode"}, "workflow.default_on_failure: Input should be"),
         ({"response_schema": "fancy"}, "workflow.response_schema: Input should be"),
         ({"transitions": ["a b"]}, "workflow.transitions[0]: expected 'from -> to'"),
+        (
+            {"transitions": [{"from": "a", "to": "b", "routine": "sometimes"}]},
+            "workflow.transitions[0].routine: Input should be a valid boolean",
+        ),
+        (
+            {"transitions": ["a -> b", {"from": "a", "to": "b", "routine": True}]},
+            "workflow.transitions[1].routine: a -> b is listed twice, once routine and once "
+            "not (give them different conditions, or keep one)",
+        ),
+        (
+            {"transitions": [{"from": "a", "to": "b", "condition": ""}]},
+            "workflow.transitions[0].condition: the condition is empty "
+            "(write an expression, or leave condition out)",
+        ),
+        (
+            {"steps": [{"name": "s", "type": "code", "code": "x = 1", "run_if": "  "}]},
+            "workflow.steps[0].run_if: the condition is empty "
+            "(write an expression, or leave run_if out)",
+        ),
     ],
 )
 def test_bad_workflow_is_one_line(tmp_path: Path, change: dict[str, Any], expected: str) -> None:

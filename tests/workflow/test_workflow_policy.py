@@ -64,7 +64,9 @@ def test_retry_then_success(tmp_path: Path) -> None:
     assert meta["steps"] == [
         {"step": "act", "state": "a", "attempts": 2, "status": "ok", "error": "no action found"}
     ]
-    assert meta["transitions"] == [{"from_state": "a", "to_state": "b", "trigger": "act: done"}]
+    assert meta["transitions"] == [
+        {"from_state": "a", "to_state": "b", "trigger": "act: done", "routine": False}
+    ]
     assert meta["workflow_state"] == "b" == meta["agent_state"]["state"]
     assert meta["agent_state"]["retries"] == {"act": 1}
     assert meta["parse_path"] == "tool_call" and meta["action_step"] == "act"
@@ -131,7 +133,11 @@ def test_code_step_errors_follow_on_failure(tmp_path: Path) -> None:
             {"name": "zero", "type": "code", "code": "y = 1 / 0", "on_failure": "fail"},
         ],
     }
-    req = decide(WorkflowPolicy(make_spec(tmp_path, wf), ScriptedGateway()))
+    with pytest.raises(ConfigError, match=r"steps\[0\]\.code: unknown name 'missing'"):
+        make_spec(tmp_path, wf)  # refused when loaded, as the run would refuse it
+    # a spec built in code skips load_agent's checks: the run refuses it, by its on_failure
+    spec = AgentSpec.model_validate({"id": "tester", "workflow": wf})
+    req = decide(WorkflowPolicy(spec, ScriptedGateway()))
     bad, zero = req.metadata["steps"]
     assert bad["status"] == "skipped" and "unknown name 'missing'" in bad["error"]
     assert zero["status"] == "failed"
@@ -176,7 +182,7 @@ def test_run_if_and_in_state(tmp_path: Path) -> None:
                 "name": "broken",
                 "type": "code",
                 "in_state": "a",
-                "run_if": "nope > 1",
+                "run_if": "balance['nope'] > 1",  # loads; fails on the int balance
                 "code": "x = 1",
                 "on_failure": "skip",
             },
@@ -276,7 +282,7 @@ def test_transition_to_is_guarded_by_conditions(tmp_path: Path) -> None:
     assert "condition 'tick >= 2' is false" in early.metadata["steps"][0]["blocked"]
     late = decide(policy, 2, early.metadata["agent_state"])
     assert late.metadata["transitions"] == [
-        {"from_state": "a", "to_state": "b", "trigger": "go: done"}
+        {"from_state": "a", "to_state": "b", "trigger": "go: done", "routine": False}
     ]
 
 
@@ -308,7 +314,12 @@ def test_transition_step_asks_the_model_to_choose(tmp_path: Path) -> None:
     gw = ScriptedGateway([choose("continue")])
     req = decide(WorkflowPolicy(spec, gw))
     assert req.metadata["transitions"] == [
-        {"from_state": "review", "to_state": "work", "trigger": "review_strategy: continue"}
+        {
+            "from_state": "review",
+            "to_state": "work",
+            "trigger": "review_strategy: continue",
+            "routine": False,
+        }
     ]
     request = gw.requests[0]
     assert request["tool_choice"] == {"type": "function", "function": {"name": CHOOSE_TOOL}}
@@ -482,7 +493,9 @@ def test_examples_against_the_mock_decide_equals_adecide(name: str) -> None:
     async_ = run_chain(WorkflowPolicy(spec, MockLLMGateway(seed=7), seed=7), 12, True)
     assert sync == async_ == again
     transitions = [t for req in sync for t in req.metadata["transitions"]]
-    assert transitions and all(set(t) == {"from_state", "to_state", "trigger"} for t in transitions)
+    assert transitions and all(
+        set(t) == {"from_state", "to_state", "trigger", "routine"} for t in transitions
+    )
     visited = {t["to_state"] for t in transitions}
     assert visited == set(spec.workflow.states)
     assert len({req.metadata["workflow_state"] for req in sync}) >= 1
@@ -518,6 +531,7 @@ def test_alpha_2_pivots_when_stuck() -> None:
         "from_state": "review_strategy",
         "to_state": "self_audit",
         "trigger": "review: pivot",
+        "routine": False,  # a pivot, not the loop going round
     }
     assert req.action_name == "noop" and req.metadata["parse_path"] == "fallback"
     nxt = decide(

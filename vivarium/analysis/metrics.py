@@ -59,6 +59,7 @@ TABLE_SCHEMAS: dict[str, dict[str, Any]] = {
         "reasoning": pl.String,
         "metadata": pl.String,
         "success": pl.Boolean,
+        "fallback": pl.Boolean,
         "result": pl.String,
         "error": pl.String,
     },
@@ -92,6 +93,7 @@ TABLE_SCHEMAS: dict[str, dict[str, Any]] = {
         "from_state": pl.String,
         "to_state": pl.String,
         "trigger": pl.String,
+        "routine": pl.Boolean,
     },
     "steps": {
         "run_id": pl.String,
@@ -524,6 +526,31 @@ def action_counts(
     return _out(counts.sort([*cols, "action"], nulls_last=True), as_)
 
 
+_FALLBACK_METADATA = '"parse_path":"fallback"'
+
+
+def _with_fallback(a: pl.DataFrame) -> pl.DataFrame:
+    """The actions with a boolean ``fallback`` column, and ``success`` false where it is set.
+
+    A fallback (no usable action: an unusable reply, a policy error, an outage recorded under
+    ``on_llm_error="fallback"``) is never a success. Frames from before the ``fallback`` column
+    recorded an unusable reply as a successful ``noop`` with ``parse_path: fallback`` in its
+    metadata: that is read here as the fallback it was.
+    """
+    if "fallback" in a.columns:
+        flag = pl.col("fallback").cast(pl.Boolean).fill_null(False)
+    elif "metadata" in a.columns:
+        text = pl.col("metadata").cast(pl.String)
+        flag = text.str.contains(_FALLBACK_METADATA, literal=True).fill_null(False)
+    else:
+        flag = pl.lit(False)
+    a = a.with_columns(flag.alias("fallback"))
+    if "success" in a.columns:
+        ok = pl.col("success").cast(pl.Boolean)
+        a = a.with_columns(pl.when(pl.col("fallback")).then(False).otherwise(ok).alias("success"))
+    return a
+
+
 def _success_frame(
     data: Any, per: str, window: int | None, by: list[str]
 ) -> tuple[pl.DataFrame, list[str]]:
@@ -537,15 +564,23 @@ def _success_frame(
     a = _load(data, ["actions"], by, "actions")["actions"]
     a = _with_by(a, by)
     _require(a, ["success", *_PER_COLS[per]], "actions", "success_rate")
+    a = _with_fallback(a)
     keys = _keys(a, by, "actions")
     cols = keys + _PER_COLS[per]
     ok = pl.col("success").cast(pl.Boolean).fill_null(False).cast(pl.Int64)
     g = _group(
         a,
         cols,
-        [pl.len().cast(pl.Int64).alias("decisions"), ok.sum().cast(pl.Int64).alias("successes")],
+        [
+            pl.len().cast(pl.Int64).alias("decisions"),
+            ok.sum().cast(pl.Int64).alias("successes"),
+            pl.col("fallback").cast(pl.Int64).sum().cast(pl.Int64).alias("fallbacks"),
+        ],
     )
-    g = g.with_columns((pl.col("successes") / pl.col("decisions")).alias("success_rate"))
+    g = g.with_columns(
+        (pl.col("successes") / pl.col("decisions")).alias("success_rate"),
+        (pl.col("fallbacks") / pl.col("decisions")).alias("fallback_rate"),
+    )
     if window is not None:
         inner = [c for c in cols if c != "step"]
         g = g.sort([*inner, "step"], nulls_last=True)
@@ -577,7 +612,9 @@ def success_rate(
     """Share of successful decisions per step (default), agent, agent and step, or run.
 
     Columns: ``run_id``, the ``by`` columns, the ``per`` columns, ``decisions``, ``successes``,
-    ``success_rate``. With ``window=w`` (per ``step`` or ``agent_step``) also
+    ``fallbacks``, ``success_rate``, ``fallback_rate``. A fallback (a decision that produced
+    no usable action: an unusable reply, a policy error) is never a success, so an all-fallback
+    run has a success rate of 0 and a fallback rate of 1. With ``window=w`` (per ``step`` or ``agent_step``) also
     ``window_decisions``, ``window_successes`` and ``rolling_success_rate``: successes over
     decisions in the steps ``(t - w, t]`` (a ratio of sums, so busy steps weigh more; steps with
     no row do not shift the window). A decision without a recorded outcome counts as failed.
@@ -688,6 +725,7 @@ def _transition_pivots(
     keys: list[str],
     state_order: Sequence[str] | None,
     exclude: set[tuple[str, str]],
+    include_routine: bool = False,
 ) -> pl.DataFrame:
     agent = [*keys, "agent_id"]
     t = t.with_row_index("_row").sort([*agent, "step", "_row"], nulls_last=True)
@@ -724,6 +762,9 @@ def _transition_pivots(
             t, first.rename({"_state": "to_state", "_first": "_to"}), [*agent, "to_state"], "left"
         )
     back = (pl.col("_to") < pl.col("_from")).fill_null(False)
+    if not include_routine and "routine" in t.columns:
+        # The workflow declared these moves its ordinary loop (recorded with each transition).
+        back = back & ~pl.col("routine").cast(pl.Boolean).fill_null(False)
     if exclude:
         ex = pl.DataFrame(
             {"from_state": [f for f, _ in exclude], "to_state": [x for _, x in exclude]},
@@ -760,6 +801,7 @@ def _pivot_events(
     state_order: Sequence[str] | None,
     exclude: Iterable[Any],
     source: str,
+    include_routine: bool = False,
 ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame], list[str]]:
     if source not in ("both", "transitions", "flags"):
         raise ValueError(f"source must be 'both', 'transitions' or 'flags', not {source!r}")
@@ -772,12 +814,16 @@ def _pivot_events(
     parts = []
     if source in ("both", "transitions"):
         _require(t, ["agent_id", "step", "from_state", "to_state"], "transitions", "pivots")
-        moves = _transition_pivots(t, _keys(t, by, "transitions"), state_order, _pairs(exclude))
+        moves = _transition_pivots(
+            t, _keys(t, by, "transitions"), state_order, _pairs(exclude), include_routine
+        )
         parts.append(moves)
     if source in ("both", "flags") and "metadata" in a.columns:
         _require(a, ["agent_id", "step"], "actions", "pivots")
         flags = _flag_pivots(a, _keys(a, by, "actions"))
         if parts and flags.height and parts[0].height:
+            # Routine moves are left out like ``exclude``d ones: declaring a move routine in the
+            # workflow counts the same as excluding it here.
             on = [c for c in [*keys, "agent_id", "step"] if c in flags.columns]
             on = [c for c in on if c in parts[0].columns]
             flags = _join(flags, parts[0].select(on).unique(), on, "anti")
@@ -801,6 +847,7 @@ def pivot_events(
     state_order: Sequence[str] | None = None,
     exclude: Iterable[Any] = (),
     source: Literal["both", "transitions", "flags"] = "both",
+    include_routine: bool = False,
     by: str | Iterable[str] | None = None,
     as_: str = "pandas",
 ) -> Frame:
@@ -810,8 +857,10 @@ def pivot_events(
     ``from_state``: in ``state_order`` when given (states not in it are never pivots), else in
     the agent's own visiting order (the order in which the agent first entered its states, per
     run). Self-transitions are not pivots. A cyclic workflow returns to an earlier state at
-    every turn of its loop; name such ordinary moves in ``exclude`` (``[("decide_action",
-    "compute_metrics")]`` or ``["decide_action -> compute_metrics"]``) so they are not counted.
+    every turn of its loop: the workflow declares such moves ``routine: true`` in its
+    ``transitions`` (recorded in the trace's ``routine`` column), and they are not counted
+    unless ``include_routine=True``. ``exclude`` names more moves not to count
+    (``[("decide_action", "compute_metrics")]`` or ``["decide_action -> compute_metrics"]``).
 
     A decision whose action metadata JSON has a true ``should_pivot`` (at the top level or in
     ``variables``) is a pivot too (``source="should_pivot"``, ``from_state`` its
@@ -822,7 +871,7 @@ def pivot_events(
     ``to_state``, ``source`` (``"transition"`` or ``"should_pivot"``).
     """
     by = _by_list(by)
-    events, _, _ = _pivot_events(data, by, state_order, exclude, source)
+    events, _, _ = _pivot_events(data, by, state_order, exclude, source, include_routine)
     return _out(events, as_)
 
 
@@ -833,6 +882,7 @@ def pivots(
     state_order: Sequence[str] | None = None,
     exclude: Iterable[Any] = (),
     source: Literal["both", "transitions", "flags"] = "both",
+    include_routine: bool = False,
     by: str | Iterable[str] | None = None,
     as_: str = "pandas",
 ) -> Frame:
@@ -844,7 +894,7 @@ def pivots(
     """
     _check_per(per, _PER_COLS)
     by = _by_list(by)
-    events, tables, keys = _pivot_events(data, by, state_order, exclude, source)
+    events, tables, keys = _pivot_events(data, by, state_order, exclude, source, include_routine)
     cols = keys + _PER_COLS[per]
     counts = _group(events, cols, [pl.len().cast(pl.Int64).alias("pivots")])
     counts = _fill(counts, _grid(tables, events, keys, per), cols, ["pivots"])
@@ -959,6 +1009,8 @@ _SUMMARY_COLUMNS = {
     "steps": pl.Int64,
     "decisions": pl.Int64,
     "success_rate": pl.Float64,
+    "fallbacks": pl.Int64,
+    "fallback_rate": pl.Float64,
     "messages": pl.Int64,
     "llm_calls": pl.Int64,
     "tokens": pl.Int64,
@@ -975,16 +1027,20 @@ def summary(
     by: str | Iterable[str] | None = None,
     state_order: Sequence[str] | None = None,
     exclude: Iterable[Any] = (),
+    include_routine: bool = False,
     as_: str = "pandas",
 ) -> Frame:
     """One row per run: the headline numbers of each run in one table.
 
     Columns: ``run_id``, the ``by`` columns, ``agents`` (from the agents table, else distinct
     acting agents), ``steps`` (from the steps table, else distinct steps with decisions),
-    ``decisions``, ``success_rate``, ``messages``, ``llm_calls``, ``tokens`` (prompt +
+    ``decisions``, ``success_rate`` (fallbacks are not successes), ``fallbacks`` and
+    ``fallback_rate`` (decisions without a usable action), ``messages``, ``llm_calls``,
+    ``tokens`` (prompt +
     completion), ``cost``, ``mean_latency_ms``, ``cache_hit_rate`` and ``pivots`` (see
-    ``pivot_events``; ``state_order`` and ``exclude`` are passed on). Tables not given count as
-    empty (0).
+    ``pivot_events``: routine moves of a workflow's loop are not pivots unless
+    ``include_routine=True``; ``state_order`` and ``exclude`` are passed on). Tables not given
+    count as empty (0).
     """
     by = _by_list(by)
     names = ["actions", "steps", "agents", "messages", "llm_calls", "transitions"]
@@ -1014,13 +1070,18 @@ def summary(
         part = part.cast({k: frame.schema[k] for k in on}, strict=False)
         return _join(frame, part, on, "left")
 
-    a, s, ag = tables["actions"], tables["steps"], tables["agents"]
+    a, s, ag = _with_fallback(tables["actions"]), tables["steps"], tables["agents"]
     m, c = tables["messages"], tables["llm_calls"]
     # Measured columns are built as _m_<name> so that no by column is overwritten.
     ok = pl.col("success").cast(pl.Boolean).cast(pl.Float64)
     tok = pl.col("prompt_tokens").fill_null(0) + pl.col("completion_tokens").fill_null(0)
     events, _, _ = _pivot_events(
-        {"transitions": tables["transitions"], "actions": a}, by, state_order, exclude, "both"
+        {"transitions": tables["transitions"], "actions": a},
+        by,
+        state_order,
+        exclude,
+        "both",
+        include_routine,
     )
     out = attach(base, ag, [pl.len().cast(pl.Int64).alias("_agents_table")])
     out = attach(out, s, [pl.len().cast(pl.Int64).alias("_steps_table")])
@@ -1032,6 +1093,8 @@ def summary(
             pl.col("agent_id").n_unique().cast(pl.Int64).alias("_agents_acting"),
             pl.col("step").n_unique().cast(pl.Int64).alias("_steps_acting"),
             ok.mean().alias("_m_success_rate"),
+            pl.col("fallback").cast(pl.Int64).sum().cast(pl.Int64).alias("_m_fallbacks"),
+            pl.col("fallback").cast(pl.Float64).mean().alias("_m_fallback_rate"),
         ],
     )
     out = attach(out, m, [pl.len().cast(pl.Int64).alias("_m_messages")])
@@ -1052,7 +1115,15 @@ def summary(
         pl.coalesce("_steps_table", "_steps_acting", pl.lit(0)).alias("_m_steps"),
         *[
             pl.col(f"_m_{col}").fill_null(0)
-            for col in ("decisions", "messages", "llm_calls", "tokens", "cost", "pivots")
+            for col in (
+                "decisions",
+                "fallbacks",
+                "messages",
+                "llm_calls",
+                "tokens",
+                "cost",
+                "pivots",
+            )
         ],
     )
     # A by column named like a summary column (a sweep over ``agents``) keeps its name; the

@@ -258,6 +258,8 @@ def behaviour_timeline(
 
     tables = _m._load(data, ["actions", "agents"], [], "actions")
     a, note = _one_run(tables["actions"], run_id)
+    if "success" in a.columns:
+        a = _m._with_fallback(a)  # a fallback is marked too, in older frames as well
     rid = run_id or (str(a["run_id"][0]) if "run_id" in a.columns and a.height else None)
     order = _agent_order(tables, rid, a["agent_id"].unique().to_list() if a.height else [])
     if isinstance(agents, int):
@@ -521,11 +523,13 @@ def pivot_raster(
     state_order: Sequence[str] | None = None,
     exclude: Iterable[Any] = (),
     source: Literal["both", "transitions", "flags"] = "both",
+    include_routine: bool = False,
     width: Width = "single",
     height: float | None = None,
     title: str | None = None,
 ) -> Any:
     """Agent x step marks where agents pivoted (see ``metrics.pivot_events``), one run.
+    Routine moves of a workflow's loop are not pivots unless ``include_routine=True``.
 
     A back-transition is a left-pointing triangle coloured by the state the agent went back to;
     a ``should_pivot`` flag is an open circle. Every agent of the run has a row (labelled with
@@ -535,7 +539,12 @@ def pivot_raster(
 
     exclude = list(exclude)
     events = _m.pivot_events(
-        data, state_order=state_order, exclude=exclude, source=source, as_="polars"
+        data,
+        state_order=state_order,
+        exclude=exclude,
+        source=source,
+        include_routine=include_routine,
+        as_="polars",
     )
     tables = _m._load(data, ["actions", "agents", "transitions", "steps"], [], "transitions")
     base = tables["actions"] if tables["actions"].height else tables["transitions"]

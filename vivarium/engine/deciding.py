@@ -20,8 +20,18 @@ from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from vivarium.errors import VivariumError
-from vivarium.gateways.base import CallRecord, collect_calls, start_collecting, stop_collecting
+from vivarium.errors import RunInterrupted, VivariumError
+from vivarium.gateways.base import (
+    CallRecord,
+    LLMUnavailable,
+    collect_calls,
+    decision_deadline,
+    reset_on_llm_error,
+    run_stopper,
+    set_on_llm_error,
+    start_collecting,
+    stop_collecting,
+)
 from vivarium.types import ActionRequest
 
 T = TypeVar("T")
@@ -45,7 +55,14 @@ class _LoopThread:
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Ctrl-C in the caller's thread: the decisions still running on the loop are
+            # cancelled (their HTTP requests closed), not left to finish unseen.
+            future.cancel()
+            raise
 
 
 _loop_thread: _LoopThread | None = None
@@ -100,10 +117,25 @@ class RunAborted(VivariumError):
     """A decision failed in a way that must stop the run (e.g. a replay with no recorded reply)."""
 
 
-def _fatal(exc: BaseException, agent_id: str, t: int) -> RunAborted | None:
-    if getattr(exc, "fatal", False):
+def _fatal(exc: BaseException, agent_id: str, t: int) -> VivariumError | None:
+    """The error that stops the run for ``exc``, or None when ``exc`` is the agent's failure.
+
+    An infrastructure failure after the retries (``LLMUnavailable``) interrupts the run, to be
+    resumed; any other ``fatal`` error aborts it.
+    """
+    stopper = run_stopper(exc)  # also catches an infrastructure error a policy let through
+    if isinstance(stopper, LLMUnavailable):
+        reason = f"{agent_id} at step {t}: {exc}"
+        return RunInterrupted(reason, step=t, reason=reason)
+    if stopper is not None:
         return RunAborted(f"{agent_id} at step {t}: {exc}")
     return None
+
+
+def _timed_out(agent_id: str, t: int, timeout_s: float | None, attempts: int) -> RunInterrupted:
+    tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+    reason = f"{agent_id} at step {t}: no decision within {timeout_s:g} s ({tries})"
+    return RunInterrupted(reason, step=t, reason=reason)
 
 
 def _check(request: Any) -> ActionRequest | str:
@@ -129,6 +161,7 @@ class Decider:
         max_concurrency: int = 16,
         timeout_s: float | None = None,
         retries: int = 0,
+        on_llm_error: str = "stop",
     ) -> None:
         self.run_id = run_id
         self.agent_ids = list(agent_ids)
@@ -138,6 +171,12 @@ class Decider:
         self.max_concurrency = max(1, max_concurrency)
         self.timeout_s = timeout_s
         self.retries = max(0, retries)
+        # "stop": an LLM server that fails past the retries (or a decision that times out on
+        # every attempt) interrupts the run; "fallback": it becomes a recorded fallback noop.
+        self.on_llm_error = on_llm_error
+        # Policies that call a model (they hold a gateway): a decision of theirs that times out
+        # on every attempt is the server's slowness, not the agent's choice.
+        self.calls_llm = [getattr(p, "gateway", None) is not None for p in self.policies]
 
     # -- one agent ----------------------------------------------------------------------------
     def _sync_once(self, idx: int, t: int, observation: dict[str, Any]) -> ActionRequest | str:
@@ -152,6 +191,7 @@ class Decider:
             return run_async(self._decide_async(idx, t, observation, asyncio.Semaphore(1)))
         errors: list[str] = []
         calls, token = start_collecting()
+        mode = set_on_llm_error(self.on_llm_error)
         try:
             for _attempt in range(self.retries + 1):
                 try:
@@ -165,6 +205,7 @@ class Decider:
                     return Decision(None, outcome, calls)
                 return Decision(outcome, None, calls)
         finally:
+            reset_on_llm_error(mode)
             stop_collecting(token)
         return Decision(None, _failure_reason(errors), calls)
 
@@ -173,6 +214,8 @@ class Decider:
     ) -> Decision:
         errors: list[str] = []
         policy = self.policies[idx]
+        set_on_llm_error(self.on_llm_error)  # this task's own context: no reset needed
+        timed_out = False
         async with gate:
             with collect_calls() as calls:
                 for _attempt in range(self.retries + 1):
@@ -185,21 +228,28 @@ class Decider:
                     try:
                         if self.timeout_s is None:
                             request = await call
-                        else:
-                            request = await asyncio.wait_for(call, self.timeout_s)
+                        else:  # the deadline names the reason in a cancelled call's record
+                            with decision_deadline(self.timeout_s):
+                                request = await asyncio.wait_for(call, self.timeout_s)
                     except TimeoutError:
                         errors.append(f"timeout after {self.timeout_s:g} s")
+                        timed_out = True
                         continue
                     except Exception as exc:
                         if (abort := _fatal(exc, self.agent_ids[idx], t)) is not None:
                             raise abort from None
                         errors.append(_describe(exc))
+                        timed_out = False
                         continue
 
                     outcome = _check(request)
                     if isinstance(outcome, str):
                         return Decision(None, outcome, list(calls))
                     return Decision(outcome, None, list(calls))
+        if self.on_llm_error == "stop" and timed_out and self.calls_llm[idx]:
+            # No answer in time, every attempt: the server is too slow or gone. That is not
+            # the agent's behaviour, so the step is not committed; a resume redoes it.
+            raise _timed_out(self.agent_ids[idx], t, self.timeout_s, len(errors))
         return Decision(None, _failure_reason(errors), list(calls))
 
     # -- many agents --------------------------------------------------------------------------
@@ -222,10 +272,18 @@ class Decider:
         # once, every request would wait for every prompt: on Python 3.11 aiohttp writes a
         # request body in a task of its own, queued behind all the others.
         tasks = []
-        for idx, obs in items:
-            tasks.append(asyncio.ensure_future(one(idx, obs)))
-            await asyncio.sleep(0)
-        return list(await asyncio.gather(*tasks))
+        try:
+            for idx, obs in items:
+                tasks.append(asyncio.ensure_future(one(idx, obs)))
+                await asyncio.sleep(0)
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            # One decision stopped the run (or the run was cancelled): the others of the step
+            # are cancelled and awaited, so no request of an abandoned step goes on running.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
 
 def _failure_reason(errors: list[str]) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from vivarium.engine.deciding import Decider, Decision, older_objects_frozen
-from vivarium.errors import ConfigError
+from vivarium.errors import ConfigError, RunInterrupted
 from vivarium.policies.base import AgentPolicy, policy_name
 from vivarium.policies.random import RandomBatch
 from vivarium.seeding import canonical_json, derive_seed
@@ -30,6 +30,7 @@ from vivarium.trace.records import GENESIS_HASH, StepRecord, encode_column, hash
 from vivarium.trace.schema import MAX_AGENTS_PER_STEP
 from vivarium.types import ActionResult, RunMetadata
 from vivarium.worlds.channel import InMemoryChannel
+from vivarium.worlds.registry import ActionRegistry
 
 Scheduling = Literal["sequential", "simultaneous"]
 Order = Literal["sorted", "shuffle"]
@@ -56,6 +57,11 @@ class WorldEngineConfig(BaseModel):
         default=None, gt=0, description="Per-attempt limit for an async decision."
     )
     agent_retries: int = Field(default=0, ge=0, description="Retries after a timeout or error.")
+    on_llm_error: Literal["stop", "fallback"] = Field(
+        default="stop",
+        description="An LLM outage past the retries: stop the run (interrupted, resumable) or "
+        "record fallbacks.",
+    )
 
 
 StepCallback = Callable[[int, StepRecord], None]
@@ -110,6 +116,7 @@ class WorldEngine:
             if world is not None
             else channel or InMemoryChannel(message_history_limit=config.message_history_limit)
         )
+        _hand_world_actions(self.world, self.policies)
         self.trace_db = trace_db
         self.metadata = metadata
         self.state_hash = GENESIS_HASH
@@ -121,6 +128,7 @@ class WorldEngine:
         self._stateful = [bool(getattr(p, "uses_agent_state", False)) for p in self.policies]
         self.agent_states: dict[int, Any] = {}
         self._charge_tokens = getattr(self.world, "record_llm_usage", None)
+        self._over_quota = getattr(self.world, "over_llm_quota", None)
         self.checkpoint_every = checkpoint_every
         self.decider = Decider(
             config.run_id,
@@ -129,6 +137,7 @@ class WorldEngine:
             max_concurrency=config.max_concurrency,
             timeout_s=config.agent_timeout_s,
             retries=config.agent_retries,
+            on_llm_error=config.on_llm_error,
         )
 
     # -- ordering -----------------------------------------------------------------------------
@@ -174,6 +183,7 @@ class WorldEngine:
             self._cached_json("ones", n, lambda: encode_column([1] * n)),
             None,
             None,
+            None,  # fallback: random agents always act
         )
         counts = np.bincount(codes, minlength=len(batch.action_space)).tolist()
         self.world.apply_batch(dict(zip(batch.action_space, counts, strict=True)))
@@ -194,8 +204,10 @@ class WorldEngine:
     def _commit(self, idx: int, t: int, decision: Decision, record: StepRecord) -> None:
         record.llm_calls.extend(call.row(idx) for call in decision.calls)
         request = decision.request
-        if request is None:
-            record.add_action(idx, "noop", None, None, None, False, None, decision.error)
+        if request is None:  # the policy failed: a fallback noop, never applied to the world
+            record.add_action(
+                idx, "noop", None, None, None, False, None, decision.error, fallback=True
+            )
             return
         if "agent_state" in request.metadata or "transitions" in request.metadata:
             # Agent state is the engine's to keep (and checkpoint); transitions get their own
@@ -206,7 +218,13 @@ class WorldEngine:
                 self.agent_states[idx] = state
             for tr in metadata.pop("transitions", None) or []:
                 record.transitions.append(
-                    (idx, tr.get("from_state"), str(tr.get("to_state")), tr.get("trigger"))
+                    (
+                        idx,
+                        tr.get("from_state"),
+                        str(tr.get("to_state")),
+                        tr.get("trigger"),
+                        1 if tr.get("routine") else 0,
+                    )
                 )
             request = request.model_copy(update={"metadata": metadata})
         if decision.calls and self._charge_tokens is not None:
@@ -224,6 +242,24 @@ class WorldEngine:
                 result = self.world.apply(request)
             except Exception as exc:  # a world bug must not lose the run
                 result = ActionResult.failed(f"world error: {type(exc).__name__}: {exc}")
+        if request.metadata.get("parse_path") == "fallback":
+            # The policy had no usable action (an unusable reply, a failed workflow step): the
+            # world saw its noop, and the row has the one layout of every fallback, the same as
+            # a policy error's: not a success, the reason in ``error``, ``fallback`` set.
+            metadata = dict(request.metadata)
+            reason = metadata.pop("fallback_reason", None) or "no usable action"
+            record.add_action(
+                idx,
+                request.action_name,
+                _json_or_none(request.arguments),
+                request.reasoning,
+                _json_or_none(metadata),
+                False,
+                None,
+                str(reason),
+                fallback=True,
+            )
+            return
         record.add_action(
             idx,
             request.action_name,
@@ -244,11 +280,32 @@ class WorldEngine:
         decider = self.decider
         if self.config.scheduling == "sequential":
             for idx in order:
+                if (barred := self._barred(idx)) is not None:
+                    record.add_action(idx, "noop", None, None, None, False, None, barred)
+                    continue
                 self._commit(idx, t, decider.decide_sync(idx, t, self._observe(idx, t)), record)
         else:
-            items = [(idx, self._observe(idx, t)) for idx in order]
-            for (idx, _obs), decision in zip(items, decider.decide_many(t, items), strict=True):
-                self._commit(idx, t, decision, record)
+            bars = {idx: barred for idx in order if (barred := self._barred(idx)) is not None}
+            items = [(idx, self._observe(idx, t)) for idx in order if idx not in bars]
+            decided = dict(
+                zip([idx for idx, _ in items], decider.decide_many(t, items), strict=True)
+            )
+            for idx in order:
+                if idx in bars:
+                    record.add_action(idx, "noop", None, None, None, False, None, bars[idx])
+                else:
+                    self._commit(idx, t, decided[idx], record)
+
+    def _barred(self, idx: int) -> str | None:
+        """Why an agent may not decide this step (no model call is made), or None.
+
+        A world with LLM-token quotas says so before the call (``over_llm_quota``), not after
+        the tokens are spent; the row records the reason, and the world sees no action.
+        """
+        if self._over_quota is None:
+            return None
+        reason = self._over_quota(self.agent_ids[idx])
+        return None if reason is None else f"{reason}: no model call"
 
     # -- stepping -----------------------------------------------------------------------------
     def _ensure_run_recorded(self, steps: int) -> None:
@@ -270,7 +327,7 @@ class WorldEngine:
         self.trace_db.begin_run(
             meta,
             [
-                (i, aid, policy_name(p), _agent_seed(p))
+                (i, aid, policy_name(p), _agent_seed(p, aid))
                 for i, (aid, p) in enumerate(zip(self.agent_ids, self.policies, strict=True))
             ],
         )
@@ -289,6 +346,7 @@ class WorldEngine:
         ``clock`` is the run's clock at this step, recorded with it.
         """
         t = self.next_step if t is None else t
+        _check_step_args(t, agents, len(self.agent_ids))
         if t != self.next_step:
             raise ConfigError(f"step {t} requested, but the next step is {self.next_step}")
         self._ensure_run_recorded(t + 1)
@@ -369,6 +427,9 @@ class WorldEngine:
         finish: bool = True,
     ) -> str:
         """Run ``steps`` more steps; returns the final state hash. ``progress`` is a tqdm-like bar."""
+        if not _is_count(steps):
+            # Refused before anything is recorded: run(-1) must not leave a "complete" run.
+            raise ConfigError(f"steps: {steps!r} is not a number of steps (0 or more)")
         self._ensure_run_recorded(self.next_step + steps)
         with self._finishing(finish), older_objects_frozen(self.decider.any_async):
             for _ in range(steps):
@@ -403,6 +464,9 @@ class WorldEngine:
             status, error = "failed", f"{type(exc).__name__}: {exc}"
             if isinstance(exc, KeyboardInterrupt):
                 status = "interrupted"
+            elif isinstance(exc, RunInterrupted):
+                # The LLM infrastructure failed: the step was not committed; resume redoes it.
+                status, error = "interrupted", exc.reason
             raise
         finally:
             if self._batch is not None:
@@ -417,8 +481,43 @@ class WorldEngine:
                         raise
 
 
-def _agent_seed(policy: object) -> str | None:
+def _is_count(value: object) -> bool:
+    """A whole number >= 0 (``bool`` is not a count, though Python calls it an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_step_args(t: object, agents: list[int] | None, n_agents: int) -> None:
+    """``step()`` misuse as one line, before anything runs: a step number that is not a
+    count, an agent index that does not exist (a negative one would act as the last agent)."""
+    if not _is_count(t):
+        raise ConfigError(f"step: {t!r} is not a step number")
+    for idx in agents or ():
+        if not _is_count(idx) or idx >= n_agents:
+            raise ConfigError(f"step: agents: {idx!r} is not an agent index (0..{n_agents - 1})")
+
+
+def _hand_world_actions(world: Any, policies: list[Any]) -> None:
+    """LLM policies describe the actions of the world they act in (``UsesWorldActions``): give
+    them its registry now, so a tool the world lacks is refused before the first step."""
+    registry = getattr(world, "registry", None)
+    if not isinstance(registry, ActionRegistry):
+        return
+    name = str(getattr(world, "name", None) or type(world).__name__)
+    seen: set[int] = set()
+    for policy in policies:
+        use = getattr(policy, "use_world_actions", None)
+        if use is not None and id(policy) not in seen:
+            seen.add(id(policy))
+            use(registry, name)
+
+
+def _agent_seed(policy: object, agent_id: str) -> str | None:
+    """The seed the agent runs on: the policy's own ``seed``, else (a policy shared by several
+    agents, such as an LLM policy with a master seed) the one it derives for this agent."""
     seed = getattr(policy, "seed", None)
+    if seed is None:
+        per_agent = getattr(policy, "request_seed", None)
+        seed = per_agent(agent_id) if callable(per_agent) else None
     return None if seed is None else str(seed)
 
 

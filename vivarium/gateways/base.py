@@ -12,6 +12,7 @@ variable, so concurrent decisions never mix); gateways add one ``CallRecord`` pe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -79,8 +80,29 @@ class LLMResponse(BaseModel):
     raw: dict[str, Any] | None = None
 
 
+# Kinds of call failure that are the infrastructure's, not the agent's: the server is down or
+# overloaded, refuses the credentials, does not know the model, or answers with something that
+# is not a reply at all. Once the retries are spent, these stop the run (resumable) instead of
+# being recorded as the agent's fallback. Every other kind (a request the server rejects as
+# malformed, an unknown error) stays a recorded fallback, like a reply the policy cannot use.
+INFRASTRUCTURE_KINDS = frozenset(
+    {
+        "connection",  # refused, reset, dropped mid-body
+        "timeout",
+        "server_error",  # 5xx
+        "rate_limit",  # 429
+        "bad_response",  # an HTTP body that is not JSON
+        "auth",  # 401/403, missing credentials
+        "not_found",  # a model (or endpoint) the server does not know
+        "config",  # the client cannot be built (litellm missing, wrong transport)
+        "cassette",  # the cassette file cannot be read or written
+    }
+)
+
+
 class LLMCallError(VivariumError):
-    """A failed LLM call. ``retryable`` says whether trying again may help.
+    """A failed LLM call. ``retryable`` says whether trying again may help; ``infrastructure``
+    whether the failure is the server's or the network's rather than the agent's (``kind``).
 
     A ``fatal`` error (a replay miss) stops the run instead of becoming a recorded fallback:
     going on would silently produce a different run than the one being replayed.
@@ -102,6 +124,82 @@ class LLMCallError(VivariumError):
         self.retryable = retryable
         self.status_code = status_code
         self.retry_after = retry_after
+
+    @property
+    def infrastructure(self) -> bool:
+        """True when the server or network failed (see ``INFRASTRUCTURE_KINDS``), not the agent."""
+        return self.kind in INFRASTRUCTURE_KINDS
+
+
+class LLMUnavailable(LLMCallError):
+    """The LLM infrastructure failed after every retry (``on_llm_error="stop"``).
+
+    Fatal: the engine stops the run before committing the step, with status ``interrupted``,
+    so that ``Run.resume()`` redoes the step once the server is back, instead of recording the
+    outage as the agent's behaviour.
+    """
+
+    fatal = True
+
+    @classmethod
+    def from_error(cls, exc: LLMCallError) -> LLMUnavailable:
+        return cls(
+            str(exc),
+            kind=exc.kind,
+            retryable=False,
+            status_code=exc.status_code,
+            retry_after=exc.retry_after,
+        )
+
+
+# What the run does when the LLM infrastructure fails after the retries: "stop" (the default)
+# or "fallback" (record a fallback noop, as for an unusable reply). The engine sets it around
+# each decision; policies ask ``stops_run`` when a call fails.
+ON_LLM_ERROR = ("stop", "fallback")
+_on_llm_error: ContextVar[str] = ContextVar("vivarium_on_llm_error", default="stop")
+
+
+def set_on_llm_error(mode: str) -> Any:
+    """Set the mode for the current context; returns the token for ``reset_on_llm_error``."""
+    if mode not in ON_LLM_ERROR:
+        raise ValueError(f"on_llm_error must be one of {', '.join(ON_LLM_ERROR)}, not {mode!r}")
+    return _on_llm_error.set(mode)
+
+
+def reset_on_llm_error(token: Any) -> None:
+    _on_llm_error.reset(token)
+
+
+def current_on_llm_error() -> str:
+    """The mode in force (the cassette asks: a run that stops retries a stored outage)."""
+    return _on_llm_error.get()
+
+
+def run_stopper(exc: BaseException) -> BaseException | None:
+    """The error that must stop the run for ``exc``, or None when ``exc`` is the agent's own
+    failure (to be recorded as its fallback).
+
+    A fatal error stops it as it is; an infrastructure failure (after the gateway's retries)
+    stops it as ``LLMUnavailable``, unless the run asked for fallbacks (``on_llm_error``).
+    """
+    if getattr(exc, "fatal", False):
+        return exc
+    if isinstance(exc, LLMCallError) and exc.infrastructure and _on_llm_error.get() == "stop":
+        return LLMUnavailable.from_error(exc)
+    return None
+
+
+def stop_if_unavailable(exc: BaseException) -> None:
+    """Raise what must stop the run (see ``run_stopper``); return when ``exc`` is the agent's.
+
+    Policies call this first thing in the ``except`` clause around a model call, then record
+    their fallback as before.
+    """
+    stopper = run_stopper(exc)
+    if stopper is exc:
+        raise exc
+    if stopper is not None:
+        raise stopper from None
 
 
 @runtime_checkable
@@ -177,27 +275,89 @@ class CallRecord:
 
 _calls: ContextVar[list[CallRecord] | None] = ContextVar("vivarium_llm_calls", default=None)
 _attempt: ContextVar[int] = ContextVar("vivarium_llm_attempt", default=1)
+# How often each request hash was asked in this context: a decision that retries sends the
+# same request again, and the cassette keeps each occurrence apart, so a replay sees the same
+# sequence of outcomes (a timeout, then a reply) as the recording did.
+_occurrences: ContextVar[dict[str, int] | None] = ContextVar("vivarium_llm_seen", default=None)
+# (loop time, seconds) at which the engine cancels the current decision attempt, if it will.
+_deadline: ContextVar[tuple[float, float] | None] = ContextVar("vivarium_deadline", default=None)
 
 
 @contextlib.contextmanager
 def collect_calls() -> Iterator[list[CallRecord]]:
     """Collect the call records made in this context (one agent's decision)."""
-    records: list[CallRecord] = []
-    token = _calls.set(records)
+    records, token = start_collecting()
     try:
         yield records
     finally:
-        _calls.reset(token)
+        stop_collecting(token)
 
 
 def start_collecting() -> tuple[list[CallRecord], Any]:
     """``collect_calls`` without the context manager, for the per-decision hot path."""
     records: list[CallRecord] = []
-    return records, _calls.set(records)
+    return records, (_calls.set(records), _occurrences.set({}))
 
 
 def stop_collecting(token: Any) -> None:
-    _calls.reset(token)
+    calls, seen = token
+    _occurrences.reset(seen)
+    _calls.reset(calls)
+
+
+def next_occurrence(key: str) -> int:
+    """1 the first time ``key`` is asked in this decision, 2 the next, ... (1 outside one)."""
+    seen = _occurrences.get()
+    if seen is None:
+        return 1
+    n = seen[key] = seen.get(key, 0) + 1
+    return n
+
+
+@contextlib.contextmanager
+def decision_deadline(seconds: float | None) -> Iterator[None]:
+    """Say, for the calls made inside, that the engine cancels them after ``seconds`` (its
+    agent timeout), so a cancelled attempt is recorded with that reason."""
+    if seconds is None:
+        yield
+        return
+    token = _deadline.set((asyncio.get_running_loop().time() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def cancel_deadline() -> tuple[float, float] | None:
+    """(loop time, seconds) of the agent timeout the current call runs under, if any."""
+    return _deadline.get()
+
+
+def cancel_reason() -> str | None:
+    """Why the running call is being cancelled: the agent timeout when its deadline has
+    passed, else None (the run is stopping, or the caller gave up)."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return None
+    at, seconds = deadline
+    try:
+        now = asyncio.get_running_loop().time()
+    except RuntimeError:  # a blocking call in a worker thread: never cancelled by the timeout
+        return None
+    if now + 0.001 < at:  # asyncio may fire a timer up to its clock resolution early
+        return None
+    return f"cancelled: agent timeout after {seconds:g} s"
+
+
+def cancelled_record(request: LLMRequest, attempt: int, latency_ms: float) -> CallRecord:
+    """The call record of an attempt cancelled in flight (its latency: until cancellation)."""
+    return CallRecord(
+        attempt=attempt,
+        model=request.model,
+        request_hash=request.request_hash(),
+        latency_ms=round(latency_ms, 3),
+        error=cancel_reason() or "cancelled",
+    )
 
 
 def record_call(record: CallRecord) -> None:

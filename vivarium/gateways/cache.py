@@ -6,14 +6,22 @@ normalized response (without ``raw``, so cassettes stay small and hold no provid
 the call records the original call produced (failed attempts and the final one), so a replay
 writes the same ``llm_calls`` rows as the recording did, flagged as cache hits.
 
+A call that failed after its retries is stored too (its error and every attempt), and a replay
+raises the same error: a run recorded against a flaky server replays to the identical trace,
+fallbacks included. In ``auto`` mode a stored infrastructure failure is tried again when the run
+stops on such failures (``on_llm_error="stop"``, the default): that run stopped there, so the
+resumed run must reach the server; the new reply then replaces the failure.
+
 ``CachingGateway`` returns replies as read back from their stored JSON in every mode, so an agent
 sees byte-identical replies whether they were just recorded or replayed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sqlite3
@@ -29,15 +37,24 @@ from vivarium.gateways.base import (
     LLMGateway,
     LLMRequest,
     LLMResponse,
+    cancel_deadline,
+    cancel_reason,
     collect_calls,
     current_attempt,
+    current_on_llm_error,
+    next_occurrence,
     record_call,
 )
 from vivarium.gateways.retry import acomplete_via, complete_via
-from vivarium.seeding import canonical_json
+from vivarium.seeding import canonical_json, digest
 
 CASSETTE_FORMAT = "vivarium-cassette"
-CASSETTE_VERSION = 1
+# The newest schema this Vivarium reads. A file says which it needs: 1 (replies only) until a
+# failed call is stored, then 2, so that an older Vivarium refuses it in one line instead of
+# misreading a failure as a reply.
+CASSETTE_VERSION = 2
+FAILURES_VERSION = 2
+_FAILURE_PREFIX = '{"failure":'  # a failure row's response_json (canonical JSON: keys sorted)
 CacheMode = Literal["record", "replay", "auto"]
 MODES = ("record", "replay", "auto")
 
@@ -51,7 +68,7 @@ CREATE TABLE IF NOT EXISTS replies (
     attempts_json TEXT
 );
 INSERT OR IGNORE INTO meta VALUES ('format', '{CASSETTE_FORMAT}');
-INSERT OR IGNORE INTO meta VALUES ('schema_version', '{CASSETTE_VERSION}');
+INSERT OR IGNORE INTO meta VALUES ('schema_version', '1');
 """
 
 
@@ -62,15 +79,39 @@ class CassetteError(LLMCallError):
         super().__init__(message, kind="cassette", retryable=False)
 
 
+class AgentTimeoutMismatch(LLMCallError):
+    """The recording cancelled this call at its agent timeout; the replay has none."""
+
+    fatal = True
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"the recorded call was {reason}, and this run has no agent timeout: replay it "
+            f"with the recorded agent_timeout",
+            kind="cache_miss",
+        )
+
+
 class CacheMissError(LLMCallError):
     """Replay found no recorded reply for a request. The engine adds the agent and step."""
 
     fatal = True
 
-    def __init__(self, request_hash: str, model: str, cassette: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        request_hash: str,
+        model: str,
+        cassette: str | os.PathLike[str],
+        recorded_models: list[str] | None = None,
+    ) -> None:
+        hint = ""
+        if recorded_models is not None and model not in recorded_models:
+            # The usual mistake: a cassette recorded with another model (or none at all).
+            shown = ", ".join(recorded_models[:3]) or "none"
+            hint = f" (it holds no reply of {model}; models recorded: {shown})"
         super().__init__(
             f"no recorded reply for request {request_hash} (model {model}) in cassette "
-            f"{cassette}; record it first (cache mode 'record') or use cache mode 'auto'",
+            f"{cassette}{hint}; record it first (cache mode 'record') or use cache mode 'auto'",
             kind="cache_miss",
             retryable=False,
         )
@@ -80,10 +121,28 @@ class CacheMissError(LLMCallError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CachedReply:
-    """One cassette row: the stored response JSON and the call records that produced it."""
+    """One cassette row: the stored response JSON (or failure) and the call records that
+    produced it."""
 
     response_json: str
     attempts: list[dict[str, Any]]
+
+    @property
+    def failed(self) -> bool:
+        """Whether the stored call failed after its retries (the row holds its error)."""
+        return self.response_json.startswith(_FAILURE_PREFIX)
+
+    def error(self) -> LLMCallError:
+        """The stored failure as the same error (class name, message, kind); an attempt the
+        agent timeout cancelled as ``AgentTimeoutCall``."""
+        data = json.loads(self.response_json)["failure"]
+        return _error_class(data["type"])(
+            data["message"],
+            kind=data["kind"],
+            retryable=data["retryable"],
+            status_code=data["status_code"],
+            retry_after=data["retry_after"],
+        )
 
     def response(self, *, cache_hit: bool) -> LLMResponse:
         response = LLMResponse.model_validate_json(self.response_json)
@@ -99,6 +158,68 @@ def response_json(response: LLMResponse) -> str:
     data = response.model_dump(mode="json", exclude={"raw"})
     data["cache_hit"] = False
     return canonical_json(data)
+
+
+def failure_json(error: LLMCallError) -> str:
+    """The canonical JSON of a failed call: everything needed to raise it again."""
+    return canonical_json(
+        {
+            "failure": {
+                "type": type(error).__name__,
+                "message": str(error),
+                "kind": error.kind,
+                "retryable": error.retryable,
+                "status_code": error.status_code,
+                "retry_after": error.retry_after,
+            }
+        }
+    )
+
+
+class AgentTimeoutCall(LLMCallError):
+    """A call the engine cancelled at its agent timeout, as the cassette stores it."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message, **{**fields, "kind": AGENT_TIMEOUT})
+
+
+class ReplayedAgentTimeout(TimeoutError):
+    """A recorded agent timeout, replayed: the decision attempt ends as it did when recorded.
+
+    A ``TimeoutError`` (the engine's timeout path) marked ``fatal``, so that policies, which
+    turn other errors into fallbacks, let it through.
+    """
+
+    fatal = True
+
+
+AGENT_TIMEOUT = "agent_timeout"
+
+
+@functools.cache
+def _error_class(name: str) -> type[LLMCallError]:
+    """``LLMCallError``, or a subclass of it with the stored class name: the policy's fallback
+    reason names the class, so a replayed failure must carry the same name."""
+    if name == LLMCallError.__name__:
+        return LLMCallError
+    if name == AgentTimeoutCall.__name__:
+        return AgentTimeoutCall
+    return type(name, (LLMCallError,), {"__module__": __name__})
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def storable(error: BaseException) -> bool:
+    """Whether a failed call belongs in the cassette: an ``LLMCallError`` the policy records
+    (never a fatal one such as a replay miss, nor a cassette that cannot be written)."""
+    return (
+        isinstance(error, LLMCallError)
+        and not error.fatal
+        and not isinstance(error, CassetteError)
+        and error.kind != "cassette"
+    )
 
 
 class Cassette:
@@ -166,6 +287,9 @@ class Cassette:
         if meta.get("format") != CASSETTE_FORMAT:
             con.close()
             raise CassetteError(f"{p} is not a Vivarium cassette")
+        if _too_new(meta):
+            con.close()
+            raise CassetteError(_too_new_message(p, meta))
         return con
 
     def _check_or_create(self, con: sqlite3.Connection) -> None:
@@ -181,11 +305,8 @@ class Cassette:
             if tables and meta.get("format") != CASSETTE_FORMAT:
                 what = meta.get("format") or "an SQLite file of another program"
                 raise CassetteError(f"{p} is not a Vivarium cassette (it is {what})")
-            if tables and int(meta.get("schema_version") or 0) > CASSETTE_VERSION:
-                raise CassetteError(
-                    f"{p} uses cassette schema {meta['schema_version']}, newer than this "
-                    f"Vivarium reads ({CASSETTE_VERSION}); upgrade vivarium-lab"
-                )
+            if tables and _too_new(meta):
+                raise CassetteError(_too_new_message(p, meta))
             if not tables:
                 for statement in _DDL.strip().split(";"):
                     if statement.strip():
@@ -216,27 +337,41 @@ class Cassette:
     def put(
         self,
         request: LLMRequest,
-        response: LLMResponse,
+        outcome: LLMResponse | LLMCallError,
         records: list[CallRecord],
         *,
         replace: bool = True,
+        key: str | None = None,
     ) -> CachedReply:
-        """Store one reply (replacing, or keeping a row another writer stored first) and
-        return the row as it now is in the file."""
-        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        """Store one reply or failed call and return the row as it now is in the file.
+
+        ``replace=False`` keeps a reply another writer stored first (several processes
+        recording the same request agree on one reply); a stored failure is always replaced.
+        ``key`` (default: the request hash) tells apart repeats of one request in a decision.
+        """
+        failed = isinstance(outcome, LLMCallError)
         row = (
-            request.request_hash(),
+            key or request.request_hash(),
             request.model,
             canonical_json(request.model_dump(mode="json")),
-            response_json(response),
+            failure_json(outcome) if failed else response_json(outcome),  # type: ignore[arg-type]
             canonical_json([dataclasses.asdict(r) for r in records]),
+            1 if replace else 0,
+            len(_FAILURE_PREFIX),
+            _FAILURE_PREFIX,
         )
         with self._lock:
             con = self._connection()
             try:
                 con.execute("BEGIN IMMEDIATE")
                 try:
-                    con.execute(f"{verb} INTO replies VALUES (?, ?, ?, ?, ?)", row)
+                    con.execute(_UPSERT, row)
+                    if failed:  # older readers must refuse the file, not misread the failure
+                        con.execute(
+                            "UPDATE meta SET value = ? WHERE key = 'schema_version' "
+                            "AND CAST(value AS INTEGER) < ?",
+                            (str(FAILURES_VERSION), FAILURES_VERSION),
+                        )
                     stored = con.execute(
                         "SELECT response_json, attempts_json FROM replies WHERE request_hash = ?",
                         (row[0],),
@@ -255,6 +390,12 @@ class Cassette:
 
     def __contains__(self, request_hash: object) -> bool:
         return isinstance(request_hash, str) and self.get(request_hash) is not None
+
+    def models(self) -> list[str]:
+        """The models the cassette holds replies of, sorted."""
+        with self._lock:
+            rows = self._connection().execute("SELECT DISTINCT model FROM replies ORDER BY model")
+            return [r[0] for r in rows]
 
     def hashes(self) -> list[str]:
         with self._lock:
@@ -280,6 +421,31 @@ class Cassette:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_UPSERT = """
+INSERT INTO replies VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (request_hash) DO UPDATE SET
+    model = excluded.model,
+    request_json = excluded.request_json,
+    response_json = excluded.response_json,
+    attempts_json = excluded.attempts_json
+WHERE ?6 OR substr(replies.response_json, 1, ?7) = ?8
+"""
+
+
+def _too_new(meta: dict[str, str]) -> bool:
+    try:
+        return int(meta.get("schema_version") or 0) > CASSETTE_VERSION
+    except ValueError:
+        return True
+
+
+def _too_new_message(path: Path, meta: dict[str, str]) -> str:
+    return (
+        f"{path} uses cassette schema {meta.get('schema_version')}, newer than this Vivarium "
+        f"reads ({CASSETTE_VERSION}); upgrade vivarium-lab"
+    )
 
 
 def _rollback(con: sqlite3.Connection) -> None:
@@ -327,57 +493,130 @@ class CachingGateway(GatewayBase):
         with self._lock:
             setattr(self.stats, field, getattr(self.stats, field) + 1)
 
-    def _lookup(self, request: LLMRequest) -> LLMResponse | None:
-        """A stored reply, re-emitting its call records as cache hits; None on a miss."""
+    @staticmethod
+    def _key(request: LLMRequest) -> str:
+        """The row of this call: the request hash, or for the n-th time a decision sends the
+        same request (a retried decision, a repeated workflow step) a hash of both."""
+        request_hash = request.request_hash()
+        n = next_occurrence(request_hash)
+        return request_hash if n == 1 else digest(f"{request_hash}#{n}")
+
+    def _models(self) -> list[str] | None:
+        try:
+            return self.cassette.models()
+        except sqlite3.Error:
+            return None
+
+    def _lookup(self, request: LLMRequest, key: str) -> LLMResponse | None:
+        """A stored reply, re-emitting its call records as cache hits; None on a miss.
+
+        A stored failure is raised again (after its records), except in ``auto`` mode for an
+        outage (an infrastructure failure, an agent timeout) in a run that stops on those:
+        that run stopped there, so the call is made again.
+        """
         if self.mode == "record":
             return None
-        request_hash = request.request_hash()
-        cached = self.cassette.get(request_hash)
+        cached = self.cassette.get(key)
         if cached is None:
             self._count("misses")
             if self.mode == "replay":
-                raise CacheMissError(request_hash, request.model, self.cassette.path)
+                raise CacheMissError(
+                    request.request_hash(), request.model, self.cassette.path, self._models()
+                )
+            return None
+        error = cached.error() if cached.failed else None
+        if (
+            error is not None
+            and self.mode == "auto"
+            and (error.infrastructure or error.kind == AGENT_TIMEOUT)
+            and current_on_llm_error() == "stop"
+        ):
+            self._count("misses")
             return None
         self._count("hits")
         for record in cached.records(cache_hit=True):
             record_call(record)
-        return cached.response(cache_hit=True)
+        if error is None:
+            return cached.response(cache_hit=True)
+        if error.kind != AGENT_TIMEOUT:
+            raise error
+        if cancel_deadline() is None:
+            raise AgentTimeoutMismatch(str(error))
+        raise ReplayedAgentTimeout(str(error))
 
     def _store(
-        self, request: LLMRequest, response: LLMResponse, records: list[CallRecord]
+        self, request: LLMRequest, key: str, response: LLMResponse, records: list[CallRecord]
     ) -> LLMResponse:
         if not records:  # a gateway that records nothing still made one call
             records = [CallRecord.from_response(response, current_attempt())]
             record_call(records[0])
-        stored = self.cassette.put(request, response, records, replace=self.mode == "record")
+        stored = self.cassette.put(
+            request, response, records, replace=self.mode == "record", key=key
+        )
         self._count("writes")
         return stored.response(cache_hit=False)
 
+    @staticmethod
+    def _pass_on(records: list[CallRecord]) -> None:
+        for record in records:
+            record_call(record)
+
+    def _failed(
+        self, request: LLMRequest, key: str, exc: BaseException, records: list[CallRecord]
+    ) -> None:
+        """Pass the attempts on, and keep a failed call (after its retries) or a call the
+        agent timeout cancelled, so that a replay ends the same way. A call cancelled for
+        another reason (the run is stopping) is not kept."""
+        self._pass_on(records)
+        error: LLMCallError | None = None
+        if isinstance(exc, LLMCallError) and storable(exc):
+            error = exc
+        elif isinstance(exc, asyncio.CancelledError) and (reason := cancel_reason()):
+            error = AgentTimeoutCall(reason)
+        if error is None:
+            return
+        if not records:  # a gateway that records nothing still made one failed attempt
+            records = [
+                CallRecord(
+                    attempt=current_attempt(),
+                    model=request.model,
+                    request_hash=request.request_hash(),
+                    error=str(error) if error.kind == AGENT_TIMEOUT else _describe(error),
+                )
+            ]
+            record_call(records[0])
+        self.cassette.put(request, error, records, replace=self.mode == "record", key=key)
+        self._count("writes")
+
     def complete(self, request: LLMRequest) -> LLMResponse:
-        hit = self._lookup(request)
+        key = self._key(request)
+        hit = self._lookup(request, key)
         if hit is not None:
             return hit
         records: list[CallRecord] = []
         try:
             with collect_calls() as records:
                 response = complete_via(self.inner, request)
-        finally:
-            for record in records:
-                record_call(record)
-        return self._store(request, response, records)
+        except BaseException as exc:  # interrupted too: the attempts made still count
+            self._failed(request, key, exc, records)
+            raise
+        self._pass_on(records)
+        return self._store(request, key, response, records)
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
-        hit = self._lookup(request)
+        key = self._key(request)
+        hit = self._lookup(request, key)
         if hit is not None:
             return hit
         records: list[CallRecord] = []
         try:
             with collect_calls() as records:
                 response = await acomplete_via(self.inner, request)
-        finally:
-            for record in records:
-                record_call(record)
-        return self._store(request, response, records)
+        except BaseException as exc:  # cancelled too: the attempts made still count
+            self._failed(request, key, exc, records)
+            raise
+        self._pass_on(records)
+        return self._store(request, key, response, records)
 
     def close(self) -> None:
         if self._owns_cassette:

@@ -9,7 +9,12 @@ LiteLLM (and the OpenAI client under it) would retry silently; here both are tol
 this gateway retries rate limits, server errors, timeouts and broken connections itself, with a
 deterministic backoff, writing one call record per attempt. Given a shared ``RateLimiter``, every
 attempt (retries too) waits for it, so the provider never sees more requests than the limit
-allows. ``litellm`` is imported on the first call, never by ``import vivarium.gateways``.
+allows. ``litellm`` is never imported by ``import vivarium.gateways``, and never on the event
+loop: importing it takes seconds, during which every call in flight would stall (and be
+recorded as slow, or time out without reaching the server). ``prepare(models)``, called when a
+run's gateway is built, imports it for models that go through litellm or that its price map can
+price, and notes the others as unpriced; a model not prepared is prepared before its first
+call's clock starts (in a worker thread for async calls).
 
 The API key is held in a ``_Secret`` and scrubbed from every error text, record, exception and
 raw reply, so it never reaches a trace, a cassette or a log.
@@ -17,8 +22,10 @@ raw reply, so it never reaches a trace, a cassette or a log.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import importlib.util
 import json
 import logging
 import math
@@ -26,6 +33,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,6 +48,7 @@ from vivarium.gateways.base import (
     ToolCall,
     Usage,
     attempt_number,
+    cancelled_record,
     current_attempt,
     record_call,
 )
@@ -85,6 +95,33 @@ def _import_litellm() -> Any:
                 logging.getLogger(name).setLevel(logging.ERROR)
             _litellm = litellm
     return _litellm
+
+
+@functools.cache
+def _price_map_names() -> frozenset[str] | None:
+    """Model names in litellm's bundled price map, read without importing litellm (~0.1 s
+    against 3-4 s); None when litellm or its map file is not there."""
+    try:
+        spec = importlib.util.find_spec("litellm")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "model_prices_and_context_window_backup.json"
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return frozenset(json.load(fh))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _in_price_map(model: str) -> bool:
+    """Whether litellm could price ``model`` (``openai/gpt-4o-mini`` is ``gpt-4o-mini``).
+    When the map cannot be read, only litellm can tell: True if it is installed."""
+    names = _price_map_names()
+    if names is None:
+        return importlib.util.find_spec("litellm") is not None
+    return model in names or model.partition("/")[2] in names
 
 
 class _Secret:
@@ -257,6 +294,8 @@ class LiteLLMGateway(GatewayBase):
         self.api_base = api_base
         self._api_key = _Secret(api_key)
         self._unpriced: set[str] = set()
+        self._prepared: set[str] = set()  # models whose imports and pricing are settled
+        self._prepare_lock = threading.Lock()
 
         self.timeout = timeout
         self.num_retries = num_retries
@@ -280,11 +319,15 @@ class LiteLLMGateway(GatewayBase):
         # Pickling (e.g. to worker processes) keeps the key; __repr__ and errors never show it.
         state = dict(self.__dict__)
         state["_api_key"] = self._api_key.get()
+        # Another process has imported nothing yet: it prepares its models again.
+        state.pop("_prepare_lock")
+        state["_prepared"] = set()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
         state["_api_key"] = _Secret(state.get("_api_key"))
+        state["_prepare_lock"] = threading.Lock()
         self.__dict__.update(state)
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -337,18 +380,76 @@ class LiteLLMGateway(GatewayBase):
             lambda: apost(url, body, headers, timeout, secrets),
         )
 
+    def prepare(self, models: Iterable[str]) -> None:
+        """Settle, before a run, what the first call of each model would otherwise do inside
+        the event loop: import litellm (3-4 s) when the model goes through it or its price map
+        can price it; otherwise note the model as unpriced, and litellm is never imported.
+        """
+        for model in models:
+            self._prepare_model(model)
+
+    def _prepare_model(self, model: str) -> None:
+        if model in self._prepared:
+            return
+        with self._prepare_lock:
+            if model in self._prepared:
+                return
+            try:
+                direct = self._direct_model(model) is not None
+            except LLMCallError:  # a model the direct transport cannot send: the call says so
+                direct = True
+            if not direct or _in_price_map(model):
+                try:
+                    _import_litellm()
+                except LLMCallError:  # not installed: litellm calls say so; cost unknown
+                    self._unpriced.add(model)
+                else:
+                    if not direct and wire_model(model, self.custom_llm_provider) is not None:
+                        self._warm_up(model)
+            else:
+                self._unpriced.add(model)  # a local model: no price, and no litellm needed
+            if direct:
+                _aiohttp_available()  # imports aiohttp (~0.5 s) now, not in the first call
+            self._prepared.add(model)
+
+    def _warm_up(self, model: str) -> None:
+        """One blocking and one async call through litellm to a throwaway local server that
+        answers at once. On its first call litellm imports the OpenAI client and its provider
+        code (~2 s, hundreds of modules): done here, that time is in no recorded latency and
+        stalls no call in flight. Only for OpenAI-compatible models, which honour ``api_base``:
+        nothing leaves this machine."""
+        kwargs = self._kwargs(_warm_up_request(model))
+        kwargs.update(api_key=LOCAL_API_KEY, timeout=30.0)
+        with _CannedServer() as url:
+            kwargs["api_base"] = url
+            with contextlib.suppress(Exception):  # a warm-up: a failure here changes nothing
+                _litellm.completion(**kwargs)
+            # A loop of its own, in a thread: the caller's thread may be running one (Jupyter).
+            thread = threading.Thread(
+                target=lambda: asyncio.run(_quietly(_litellm.acompletion(**kwargs))), daemon=True
+            )
+            thread.start()
+            thread.join(timeout=60)
+
+    async def _aprepare_model(self, model: str) -> None:
+        """``_prepare_model`` off the event loop: concurrent first calls all wait for it
+        before their clocks start, so no call is in flight while litellm is imported."""
+        if model not in self._prepared:
+            await asyncio.to_thread(self._prepare_model, model)
+
     def _price(self, reply_model: str, model: str, prompt: int, completion: int) -> float | None:
         """Cost from litellm's price map; None (unknown, not zero) for unpriced models.
 
         A failed look-up is remembered: litellm's price search costs about a millisecond,
-        which would otherwise be paid again on every call to a local model.
+        which would otherwise be paid again on every call to a local model. litellm is never
+        imported here (this runs on the event loop): ``prepare`` imported it if the model
+        can be priced.
         """
         names = [n for n in dict.fromkeys((model, reply_model)) if n not in self._unpriced]
         if not names:
             return None
-        try:
-            litellm = _import_litellm()  # direct calls price with litellm's map too
-        except LLMCallError:  # litellm not installed: cost unknown
+        litellm = _litellm  # direct calls price with litellm's map too
+        if litellm is None:  # the model was prepared as unpriced: cost unknown
             self._unpriced.update(names)
             return None
         for name in names:
@@ -494,6 +595,7 @@ class LiteLLMGateway(GatewayBase):
         return lambda: litellm.completion(**kwargs), lambda: litellm.acompletion(**kwargs)
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        self._prepare_model(request.model)
         send, _ = self._sender(request)
         base = self._attempt_base()
         attempts = self.num_retries + 1
@@ -521,6 +623,7 @@ class LiteLLMGateway(GatewayBase):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        await self._aprepare_model(request.model)
         _, send = self._sender(request)
         base = self._attempt_base()
         attempts = self.num_retries + 1
@@ -536,6 +639,9 @@ class LiteLLMGateway(GatewayBase):
                     started = time.perf_counter()
                     try:
                         reply = await send()
+                    except asyncio.CancelledError:  # an agent timeout, a stopping run
+                        record_call(cancelled_record(request, base + k, _ms_since(started)))
+                        raise
                     except Exception as exc:
                         error = self._failure(exc, request, base + k, _ms_since(started))
                     else:
@@ -547,6 +653,84 @@ class LiteLLMGateway(GatewayBase):
                 raise self._give_up(error, request, k) from None
             await asleep_with(self.sleep, self._delay(request, k, error))
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _warm_up_request(model: str) -> LLMRequest:
+    """A request of the shape agents send (a tool, a forced choice): litellm imports some of its
+    code only for requests that carry tools (~2 s more)."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "noop",
+            "description": "Do nothing.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+    return LLMRequest(
+        model=model,
+        messages=[{"role": "user", "content": "."}],
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "noop"}},
+        temperature=0.0,
+        max_tokens=1,
+        seed=0,
+    )
+
+
+async def _quietly(call: Any) -> None:
+    with contextlib.suppress(Exception):
+        await call
+
+
+_CANNED_REPLY = json.dumps(
+    {
+        "id": "warm-up",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "warm-up",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+).encode()
+
+
+class _CannedServer:
+    """A chat-completions endpoint on 127.0.0.1 that answers every POST with ``_CANNED_REPLY``
+    (for ``LiteLLMGateway._warm_up``); the context gives its base URL."""
+
+    def __enter__(self) -> str:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(_CANNED_REPLY)))
+                self.end_headers()
+                self.wfile.write(_CANNED_REPLY)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
 
 
 def _ms_since(started: float) -> float:

@@ -20,6 +20,7 @@ from vivarium.gateways.base import (
     LLMResponse,
     ToolCall,
     Usage,
+    cancelled_record,
     current_attempt,
     record_call,
 )
@@ -170,7 +171,13 @@ class MockLLMGateway(GatewayBase):
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         latency = self.latency_for(request)
         if latency > 0:
-            await asyncio.sleep(latency / 1000)
+            started = time.perf_counter()
+            try:
+                await asyncio.sleep(latency / 1000)
+            except asyncio.CancelledError:  # an agent timeout: the attempt is on record too
+                elapsed = (time.perf_counter() - started) * 1000
+                record_call(cancelled_record(request, current_attempt(), elapsed))
+                raise
         return self._finish(request, latency)
 
 

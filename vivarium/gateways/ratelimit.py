@@ -20,11 +20,21 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+from vivarium.errors import ConfigError
 from vivarium.gateways.base import GatewayBase, LLMGateway, LLMRequest, LLMResponse
 from vivarium.gateways.retry import acomplete_via, complete_via
 from vivarium.seeding import canonical_json
 
 WINDOW_S = 60.0
+
+
+def _is_limit(value: object, *, whole: bool = False) -> bool:
+    """A number > 0 (NaN compares false with everything, so ``value <= 0`` lets it through)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if whole and not isinstance(value, int):
+        return False
+    return value > 0
 
 
 class Ticket:
@@ -62,8 +72,8 @@ class RateLimiter:
             ("tokens_per_minute", tokens_per_minute),
             ("max_concurrent", max_concurrent),
         ):
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be > 0 (or None for no limit)")
+            if value is not None and not _is_limit(value, whole=name == "max_concurrent"):
+                raise ConfigError(f"{name}: {value!r} is not a limit (a number > 0, or None)")
         self.requests_per_minute = requests_per_minute
         self.tokens_per_minute = tokens_per_minute
         self.max_concurrent = max_concurrent

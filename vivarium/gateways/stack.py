@@ -35,6 +35,7 @@ def build_provider(llm: LLMConfig, seed: int, limiter: RateLimiter | None = None
     )
     if not (llm.cache and llm.cache_mode == "auto"):  # auto may need no server at all
         provider.check_reachable()
+    provider.prepare([llm.model])  # heavy imports now, never on the run's event loop
     return provider
 
 

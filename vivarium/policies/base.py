@@ -25,6 +25,14 @@ class AsyncAgentPolicy(Protocol):
     ) -> ActionRequest: ...
 
 
+@runtime_checkable
+class UsesWorldActions(Protocol):
+    """A policy that describes actions to a model: the engine hands it the world's action
+    registry when a run is built, and it refuses there (``ConfigError``) what the world lacks."""
+
+    def use_world_actions(self, registry: Any, world: str) -> None: ...
+
+
 def policy_name(policy: object) -> str:
     """The name recorded for a policy: its ``name`` attribute, else its class name."""
     return str(getattr(policy, "name", None) or type(policy).__name__)

@@ -2,8 +2,11 @@
 
 ``SimpleCognitivePolicy`` runs the three stages as plain calls; ``CognitiveAgentPolicy`` runs the
 same stages as a LangGraph ``StateGraph`` (a starting point for richer workflows). Both give the
-same ``ActionRequest`` for the same reply, and both fail soft: a gateway error or an unusable
-reply becomes a ``noop`` whose metadata says why, so a flaky model never ends a run.
+same ``ActionRequest`` for the same reply, and both fail soft: an unusable reply (or a call
+the server rejects) becomes a ``noop`` whose metadata says why, so a flaky model never ends a
+run. An outage is not the agent's doing: an infrastructure failure after the gateway's retries
+(``LLMCallError.infrastructure``) is raised as ``LLMUnavailable`` and stops the run, resumably,
+unless the run asked for fallbacks (``on_llm_error="fallback"``).
 
 ``ActionRequest.metadata`` carries ``parse_path`` (``tool_call``, ``json_text``, ``fallback``),
 ``model``, ``finish_reason``, and when they apply ``fallback_reason`` and ``tool_call_error``.
@@ -19,7 +22,8 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vivarium.gateways.base import LLMResponse
+from vivarium.errors import ConfigError
+from vivarium.gateways.base import LLMResponse, stop_if_unavailable
 from vivarium.policies.parsing import FALLBACK_ACTION, MAX_REASON_CHARS, parse_action, truncate
 from vivarium.policies.prompting import (
     arg_models_for,
@@ -44,8 +48,9 @@ class CognitivePolicyConfig(BaseModel):
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(128, ge=1)
     system_prompt: str | None = None
-    # True: force post_message if offered, else the first tool; a name: force that tool. Small
-    # local models rarely call tools under tool_choice="auto", so forcing is what makes them act.
+    # True: force the world's main action (its registry's default_tool: post_message in the
+    # channel, write_artifact in the ecology); a name: force that tool, which the world must
+    # have. Small local models rarely call tools under tool_choice="auto": forcing makes them act.
     force_tool: bool | str = False
     seed: int | None = None
     tools: list[str] | None = None
@@ -90,8 +95,52 @@ class _CognitiveCore:
     ) -> None:
         self.gateway = gateway
         self.config = _as_config(config, overrides)
+        # No registry given: the channel's until the engine hands over the world's own.
+        self._own_registry = registry is not None
         self.registry = registry or default_registry()
         self.master_seed = master_seed
+        if registry is not None:
+            self.check_tools(registry, "the given registry")
+
+    # -- the world's actions --------------------------------------------------------------------
+    def use_world_actions(self, registry: ActionRegistry, world: str) -> None:
+        """Act with the tools (names, argument models) of the world this policy runs in.
+
+        Called by the engine when a run is built. A policy given its own registry keeps it.
+        A ``force_tool`` or ``tools`` naming an action the world lacks is a ``ConfigError``
+        then, not a ``force_tool`` silently ignored at every decision.
+        """
+        if not self._own_registry:
+            self.registry = registry
+        self.check_tools(self.registry, f"the {world} world")
+
+    def check_tools(self, registry: ActionRegistry, where: str) -> None:
+        """``tools`` and a named ``force_tool`` exist in ``registry`` (and the forced tool is
+        among ``tools``), else a one-line ``ConfigError`` naming the setting."""
+        known = ", ".join(registry.names())
+        for name in self.config.tools or ():
+            if name not in registry:
+                raise ConfigError(
+                    f"action_space: {name!r} is not an action of {where} (actions: {known})"
+                )
+        force = self.config.force_tool
+        if not isinstance(force, str):
+            return
+        if force not in registry:
+            raise ConfigError(
+                f"llm.force_tool: {force!r} is not an action of {where} (actions: {known})"
+            )
+        if self.config.tools is not None and force not in self.config.tools:
+            raise ConfigError(
+                f"llm.force_tool: {force!r} is not in the action_space "
+                f"({', '.join(self.config.tools)})"
+            )
+
+    @property
+    def seed(self) -> int | None:
+        """The seed sent with every request, when the policy has one of its own (recorded in
+        the trace's agents table); a master seed derives one per agent instead."""
+        return self.config.seed
 
     # -- stage 1: messages and request ----------------------------------------------------------
     def request_seed(self, agent_id: str) -> int | None:
@@ -110,7 +159,7 @@ class _CognitiveCore:
         if isinstance(force, str):
             name = force if force in tools else None
         elif force:
-            name = "post_message" if "post_message" in tools else tools[0]
+            name = self.registry.forced_default(tools)
         if name is None:
             return "auto"
         return {"type": "function", "function": {"name": name}}
@@ -145,8 +194,7 @@ class _CognitiveCore:
         try:
             return _checked(self.gateway.chat(**request)), None
         except Exception as exc:
-            if getattr(exc, "fatal", False):
-                raise
+            stop_if_unavailable(exc)  # an outage stops the run; it is not the agent's doing
             return None, _error_reason(exc)
 
     async def acall(self, request: dict[str, Any]) -> tuple[LLMResponse | None, str | None]:
@@ -158,8 +206,7 @@ class _CognitiveCore:
                 reply = await achat(**request)
             return _checked(reply), None
         except Exception as exc:
-            if getattr(exc, "fatal", False):
-                raise
+            stop_if_unavailable(exc)
             return None, _error_reason(exc)
 
     # -- stage 3: the action --------------------------------------------------------------------

@@ -6,6 +6,7 @@ same step gives the same request, and a record/replay cache hits on a rerun.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,15 @@ DEFAULT_SYSTEM_PROMPT = (
     "Each step you see the recent messages and act by calling exactly one of the available "
     "tools. Keep your messages short."
 )
+# Worlds richer than the channel (balances, artifacts, ...): the agent is told where it is.
+DEFAULT_WORLD_SYSTEM_PROMPT = (
+    "You are {agent_id}, one of several agents in a shared world. "
+    "Each step you see your state and the recent messages, and act by calling exactly one of "
+    "the available tools."
+)
+# What every observation has; anything else is the world's own state, shown to the agent.
+BASE_OBSERVATION_KEYS = frozenset({"time_step", "agent_id", "messages", "tools", "agent_state"})
+MAX_STATE_VALUE_CHARS = 1500  # one state field in a prompt: a long artifact list is clipped
 JSON_HINT = (
     "If you cannot call tools, reply with only a JSON object: "
     '{"action": "<tool name>", "arguments": {...}}.'
@@ -31,9 +41,33 @@ def default_registry() -> ActionRegistry:
     return CHANNEL_ACTIONS
 
 
-def system_prompt_for(agent_id: str, template: str | None = None) -> str:
-    """The system prompt with ``{agent_id}`` filled in (replace, not format: other braces stay)."""
-    return (template or DEFAULT_SYSTEM_PROMPT).replace("{agent_id}", agent_id)
+def system_prompt_for(
+    agent_id: str, template: str | None = None, *, world_state: bool = False
+) -> str:
+    """The system prompt with ``{agent_id}`` filled in (replace, not format: other braces stay).
+
+    The default speaks of a message channel, or of a shared world when the observation carries
+    the world's own state (``world_state``)."""
+    default = DEFAULT_WORLD_SYSTEM_PROMPT if world_state else DEFAULT_SYSTEM_PROMPT
+    return (template or default).replace("{agent_id}", agent_id)
+
+
+def world_state_lines(observation: Mapping[str, Any]) -> list[str]:
+    """``key: value`` for each observation field beyond the channel's (none in the channel, so
+    its prompts stay as they were); values as compact JSON, each clipped to a bounded size."""
+    lines = []
+    for key, value in observation.items():
+        if key in BASE_OBSERVATION_KEYS:
+            continue
+        text = value if isinstance(value, str) else _compact(value)
+        if len(text) > MAX_STATE_VALUE_CHARS:
+            text = text[: MAX_STATE_VALUE_CHARS - 1] + "…"
+        lines.append(f"{key}: {text}")
+    return lines
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def available_tools(
@@ -96,6 +130,9 @@ def user_prompt(
     lines = [f"Current step: {observation.get('time_step')}.", "Recent messages (oldest first):"]
     messages = observation.get("messages") or []
     lines += [format_message(m) for m in messages] if messages else ["(no messages yet)"]
+    state = world_state_lines(observation)
+    if state:
+        lines += ["Your state:", *state]
     if forced:
         # The model can only call this tool: listing others or a JSON fallback confuses small
         # models, which then write about tools instead of acting.
@@ -121,7 +158,11 @@ def build_messages(
     """``[system, user]`` chat messages for one decision (``forced``: the one tool allowed)."""
     agent = agent_id if agent_id is not None else str(observation.get("agent_id", ""))
     names = list(tools) if tools is not None else available_tools(observation)
+    world_state = any(key not in BASE_OBSERVATION_KEYS for key in observation)
     return [
-        {"role": "system", "content": system_prompt_for(agent, system_prompt)},
+        {
+            "role": "system",
+            "content": system_prompt_for(agent, system_prompt, world_state=world_state),
+        },
         {"role": "user", "content": user_prompt(observation, names, registry, forced=forced)},
     ]

@@ -27,8 +27,13 @@ _INSERT_LLM_CALL = (
     "completion_tokens, cost, latency_ms, cache_hit, finish_reason, error) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_INSERT_TRANSITION = "INSERT INTO transitions (step, agent_idx, from_state, to_state, trigger) VALUES (?, ?, ?, ?, ?)"
-_INSERT_STEP = "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_TRANSITION = (
+    "INSERT INTO transitions (step, agent_idx, from_state, to_state, trigger, routine) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_INSERT_STEP = (
+    "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def now_iso() -> str:
@@ -62,6 +67,16 @@ def check_trace_file(path: str | os.PathLike[str]) -> Path:
             "upgrade vivarium-lab"
         )
     return p
+
+
+def schema_version(path: str | os.PathLike[str]) -> int:
+    """The trace schema version of a checked trace file (``PRAGMA user_version``)."""
+    p = check_trace_file(path)
+    with open(p, "rb") as fh:
+        header = fh.read(100)
+    if int.from_bytes(header[68:72], "big") != APPLICATION_ID:  # the marks are in the WAL
+        return _marks_through_sqlite(p)[1]
+    return int.from_bytes(header[60:64], "big")
 
 
 def _marks_through_sqlite(p: Path) -> tuple[int, int]:
@@ -103,6 +118,68 @@ def _release_writer_lock(fd: int | None) -> None:
     if fd is not None:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+def check_new_trace_path(path: str | os.PathLike[str]) -> bool:
+    """Refuse, in one line and without touching anything, a path no new trace can be written to.
+
+    Checked before a run builds anything, so that a run refused for any reason (this, an LLM
+    server that is not there, a bad agent folder) leaves the file system as it was. Returns
+    whether a file is there (an empty file or a Vivarium trace) that a new trace would replace.
+    """
+    p = Path(path)
+    if str(p) == ":memory:":
+        raise TraceError("TraceDb needs a file path; use a temporary folder for throwaway runs")
+    if p.exists():
+        if p.is_dir():
+            raise TraceError(f"{p} is a directory; give a file path for the trace")
+        _release_writer_lock(_acquire_writer_lock(p))  # refuse while another run writes it
+        if p.stat().st_size > 0:
+            check_trace_file(p)  # never delete a file that is not ours
+        return True
+    folder = p.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise TraceError(f"cannot create folder {p.parent}: {folder} is a file")
+    if not os.access(folder, os.W_OK):
+        where = str(p.parent) if folder == p.parent else f"{p.parent} in {folder}"
+        raise TraceError(f"cannot write a trace in {where}: the folder is read-only")
+    return False
+
+
+def recorded_run_id(path: str | os.PathLike[str]) -> str | None:
+    """The run id a trace file holds (None: no file, an empty file, or no run record yet).
+
+    Raises a one-line TraceError for a file that is not a Vivarium trace.
+    """
+    p = Path(path)
+    if not p.exists() or (p.is_file() and p.stat().st_size == 0):
+        return None
+    check_trace_file(p)
+    try:
+        con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT run_id FROM runs").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise TraceError(f"cannot read the run record in {p}: {exc}") from None
+    return None if row is None else str(row[0])
+
+
+def read_meta(path: str | os.PathLike[str], key: str) -> str | None:
+    """A value of a trace's ``meta`` table (None when the trace has no such key)."""
+    p = check_trace_file(path)
+    try:
+        con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise TraceError(f"cannot read {p}: {exc}") from None
+    return None if row is None else str(row[0])
 
 
 def _configure(con: sqlite3.Connection) -> None:
@@ -168,6 +245,16 @@ class _Writer(threading.Thread):
         con.close()
 
 
+def _truncate(con: sqlite3.Connection, step: int) -> None:
+    """Drop every row after ``step`` and mark the run running again (inside a transaction)."""
+    for table in ("steps", "messages", "llm_calls", "transitions", "checkpoints"):
+        con.execute(f"DELETE FROM {table} WHERE step > ?", (step,))  # noqa: S608
+    con.execute(
+        "UPDATE runs SET status = 'running', steps_done = ?, error = NULL, finished_at = NULL",
+        (step + 1,),
+    )
+
+
 def _friendly(exc: BaseException, path: Path, step: int | None = None) -> TraceError:
     text = str(exc)
     at = "" if step is None else f" at step {step}"
@@ -201,10 +288,16 @@ class TraceDb:
         self.path = Path(path)
         self.deterministic_timestamps = deterministic_timestamps
         self._closed = False
+        # A resume's truncation, and the writes that wait for the first step (see for_resume).
+        self._resume_from: int | None = None
+        self._deferred: list[Callable[[sqlite3.Connection], None]] = []
         if not _resume:
             self._prepare_new(overwrite)
-        else:
-            check_trace_file(self.path)
+        elif (version := schema_version(self.path)) < SCHEMA_VERSION:
+            raise TraceError(
+                f"{self.path} uses trace schema {version}, which this version reads but cannot "
+                f"continue (it writes schema {SCHEMA_VERSION}); run it again instead of resuming"
+            )
         self._lock_fd = _acquire_writer_lock(self.path)
         self._writer = _Writer(self.path, create=not _resume, max_pages=max_pages)
         self._writer.start()
@@ -218,14 +311,7 @@ class TraceDb:
     # -- creation -----------------------------------------------------------------------------
     def _prepare_new(self, overwrite: bool) -> None:
         p = self.path
-        if str(p) == ":memory:":
-            raise TraceError("TraceDb needs a file path; use a temporary folder for throwaway runs")
-        if p.exists():
-            if p.is_dir():
-                raise TraceError(f"{p} is a directory; give a file path for the trace")
-            _release_writer_lock(_acquire_writer_lock(p))  # refuse while another run writes it
-            if p.stat().st_size > 0:
-                check_trace_file(p)  # never delete a file that is not ours
+        if check_new_trace_path(p):
             if not overwrite:
                 raise TraceError(f"{p} already exists; pass overwrite=True or choose another path")
             try:
@@ -243,9 +329,17 @@ class TraceDb:
             raise TraceError(f"cannot write a trace in {parent}: the folder is read-only")
 
     @classmethod
-    def for_resume(cls, path: str | os.PathLike[str]) -> TraceDb:
-        """Open an existing trace for appending (used by resume)."""
-        return cls(path, _resume=True)
+    def for_resume(cls, path: str | os.PathLike[str], *, from_step: int | None = None) -> TraceDb:
+        """Open an existing trace for appending (used by resume).
+
+        With ``from_step``, the rows from that step on are dropped in the same transaction that
+        commits the first step written (and a run record written before it waits for it too):
+        a resume that fails before its first step leaves the trace exactly as it was, its rows,
+        status and steps done included.
+        """
+        trace = cls(path, _resume=True)
+        trace._resume_from = from_step
+        return trace
 
     # -- writing ------------------------------------------------------------------------------
     def _submit(self, job: Callable[[sqlite3.Connection], None]) -> None:
@@ -280,8 +374,7 @@ class TraceDb:
         created = self._stamp()
         from vivarium.seeding import canonical_json
 
-        def job(con: sqlite3.Connection) -> None:
-            con.execute("BEGIN")
+        def rows(con: sqlite3.Connection) -> None:
             con.execute(
                 "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -303,10 +396,47 @@ class TraceDb:
                 ),
             )
             con.executemany("INSERT OR REPLACE INTO agents VALUES (?, ?, ?, ?)", agent_rows)
+
+        if self._resume_from is not None:
+            self._deferred.append(rows)
+            return
+        self._submit_transaction(rows)
+        self.flush()
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Record ``key = value`` in the trace's ``meta`` table (settings a resume needs)."""
+
+        def rows(con: sqlite3.Connection) -> None:
+            con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+        if self._resume_from is not None:
+            self._deferred.append(rows)
+            return
+        self._submit_transaction(rows)
+
+    def _submit_transaction(
+        self, body: Callable[[sqlite3.Connection], None], step: int | None = None
+    ) -> None:
+        """Commit ``body`` in one transaction, after a pending resume's truncation, if any."""
+        parts = [*self._take_pending(), body]
+
+        def job(con: sqlite3.Connection) -> None:
+            con.execute("BEGIN")
+            for part in parts:
+                part(con)
             con.execute("COMMIT")
 
+        job.step = step  # type: ignore[attr-defined]  # named in the error if it fails
         self._submit(job)
-        self.flush()
+
+    def _take_pending(self) -> list[Callable[[sqlite3.Connection], None]]:
+        """A pending resume's truncation and deferred writes (emptied: they run once)."""
+        if self._resume_from is None:
+            return []
+        keep = self._resume_from - 1
+        parts = [lambda con: _truncate(con, keep), *self._deferred]
+        self._resume_from, self._deferred = None, []
+        return parts
 
     def write_step(self, record: StepRecord) -> None:
         """Commit one step's rows in one transaction (on the writer thread)."""
@@ -324,8 +454,7 @@ class TraceDb:
             *record.encode(),
         )
 
-        def job(con: sqlite3.Connection) -> None:
-            con.execute("BEGIN")
+        def rows(con: sqlite3.Connection) -> None:
             con.execute(_INSERT_STEP, row)
             if record.messages:
                 con.executemany(
@@ -337,10 +466,8 @@ class TraceDb:
             if record.transitions:
                 con.executemany(_INSERT_TRANSITION, [(step, *r) for r in record.transitions])
             con.execute("UPDATE runs SET steps_done = ?", (step + 1,))
-            con.execute("COMMIT")
 
-        job.step = step  # type: ignore[attr-defined]  # named in the error if it fails
-        self._submit(job)
+        self._submit_transaction(rows, step)
 
     def write_checkpoint(
         self, step: int, state_hash: str, world_state: str, agent_states: str
@@ -356,33 +483,29 @@ class TraceDb:
     def truncate_after(self, step: int) -> None:
         """Drop every row after ``step`` (resume continues from there) and reopen the run."""
 
-        def job(con: sqlite3.Connection) -> None:
-            con.execute("BEGIN")
-            for table in ("steps", "messages", "llm_calls", "transitions", "checkpoints"):
-                con.execute(f"DELETE FROM {table} WHERE step > ?", (step,))  # noqa: S608
-            con.execute(
-                "UPDATE runs SET status = 'running', steps_done = ?, error = NULL, "
-                "finished_at = NULL",
-                (step + 1,),
-            )
-            con.execute("COMMIT")
-
-        self._submit(job)
+        self._submit_transaction(lambda con: _truncate(con, step))
 
     def finish_run(
         self, status: str = "complete", error: str | None = None, steps: int | None = None
     ) -> None:
-        """Record how the run ended; ``steps`` sets the step count when it was open-ended."""
-        finished = self._stamp()
+        """Record how the run ended; ``steps`` sets the step count when it was open-ended.
 
-        def job(con: sqlite3.Connection) -> None:
+        A resume that ends before writing a step leaves the trace as it was, unless it ends
+        complete (there was nothing left to redo).
+        """
+        finished = self._stamp()
+        if self._resume_from is not None and status != "complete":
+            self._resume_from, self._deferred = None, []
+            return
+
+        def rows(con: sqlite3.Connection) -> None:
             con.execute(
                 "UPDATE runs SET status = ?, error = ?, finished_at = ?", (status, error, finished)
             )
             if steps is not None:
                 con.execute("UPDATE runs SET steps = ?", (steps,))
 
-        self._submit(job)
+        self._submit_transaction(rows)
 
     def close(self) -> None:
         if self._closed:

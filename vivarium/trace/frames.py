@@ -8,6 +8,7 @@ Agent ids, action names and other repeated strings become dictionary (categorica
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from pathlib import Path
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 # name -> (typed sample row, SQL body, column kinds). Kinds: i=int64, f=float64, t=text,
-# c=categorical text, b=bool, a=agent (agent_idx -> agent_id categorical).
+# c=categorical text, b=bool, B=bool with null as false, a=agent (agent_idx -> agent_id categorical).
 _TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
     "messages": (
         [("step", "i"), ("seq", "i"), ("author_id", "c"), ("channel", "c"), ("content", "t")],
@@ -52,6 +53,7 @@ _TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
             ("from_state", "c"),
             ("to_state", "c"),
             ("trigger", "t"),
+            ("routine", "b"),
         ],
         "FROM transitions ORDER BY id",
     ),
@@ -84,6 +86,14 @@ def _query(columns: list[tuple[str, str]], body: str) -> str:
     return f"SELECT {sample} UNION ALL SELECT * FROM (SELECT {names} {body})"
 
 
+def _has_column(path: Path, table: str, column: str) -> bool:
+    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    try:
+        return any(row[1] == column for row in con.execute(f"PRAGMA table_info({table})"))
+    finally:
+        con.close()
+
+
 def _fetch_arrow(path: Path, sql: str) -> pa.Table:
     import adbc_driver_sqlite.dbapi as adbc
 
@@ -100,9 +110,14 @@ _ACTION_KINDS = (
     ("reasoning", "t"),
     ("metadata", "t"),
     ("success", "b"),
+    ("fallback", "B"),
     ("result", "t"),
     ("error", "t"),
 )
+# What a schema-1 trace (no fallback column) recorded for a decision that fell back: a policy
+# error as a failed noop with one of these reasons, an unusable reply in the metadata.
+_V1_POLICY_ERRORS = ("policy error: ", "no decision: ", "policy returned ")
+_V1_FALLBACK_METADATA = r'"parse_path"\s*:\s*"fallback"'
 
 
 def _agent_ids(p: Path) -> pa.Array:
@@ -129,9 +144,10 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
     con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
     con.text_factory = bytes  # the JSON goes to Arrow as bytes: no decode and re-encode
     try:
+        v1 = "fallback" not in {row[1].decode() for row in con.execute("PRAGMA table_info(steps)")}
         rows = con.execute(
             "SELECT step, n_actions, agent_idx, action, arguments, reasoning, metadata, success, "
-            "result, error FROM steps ORDER BY step"
+            f"{'NULL' if v1 else 'fallback'}, result, error FROM steps ORDER BY step"
         ).fetchall()
     finally:
         con.close()
@@ -141,7 +157,7 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
     starts = np.cumsum(counts) - counts
     seq = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
     arrays: list[pa.Array] = [pa.array(np.repeat(steps, counts)), pa.array(seq)]
-    types = {"a": pa.int64(), "b": pa.int64()}
+    types = {"a": pa.int64(), "b": pa.int64(), "B": pa.int64()}
     fields = [(name, pa.list_(types.get(kind, pa.string()))) for name, kind in _ACTION_KINDS]
     if not rows:
         return [("step", "i"), ("seq", "i"), *_ACTION_KINDS], arrays + [
@@ -189,12 +205,39 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
             chunks = [chunk.flatten() for chunk in table.column(name).chunks]
             decoded[name] = pa.chunked_array(chunks, typ.value_type)
 
+    if v1:
+        _derive_v1_fallbacks(decoded)
     for name, _ in fields:
         flat = decoded[name]
         if len(flat) != total:
             raise TraceError(f"actions column '{name}' holds {len(flat)} values, expected {total}")
         arrays.append(flat)
     return [("step", "i"), ("seq", "i"), *_ACTION_KINDS], arrays
+
+
+def _derive_v1_fallbacks(decoded: dict[str, Any]) -> None:
+    """Read a schema-1 trace in today's layout: its fallbacks marked and never a success.
+
+    Schema 1 recorded a policy error as a failed ``noop`` whose error names it, and an unusable
+    reply as a successful ``noop`` whose metadata says ``parse_path: fallback`` (the reason stays
+    in that metadata, as it was recorded).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def combined(name: str) -> pa.Array:
+        arr = decoded[name]
+        return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+    metadata, error = combined("metadata"), combined("error")
+    noop = pc.fill_null(pc.equal(combined("action"), "noop"), False)
+    unusable = pc.fill_null(pc.match_substring_regex(metadata, _V1_FALLBACK_METADATA), False)
+    policy_error = functools.reduce(
+        pc.or_, [pc.fill_null(pc.starts_with(error, x), False) for x in _V1_POLICY_ERRORS]
+    )
+    fell_back = pc.and_(noop, pc.or_(unusable, pc.and_(pc.is_null(metadata), policy_error)))
+    decoded["fallback"] = pc.cast(fell_back, pa.int64())
+    decoded["success"] = pc.if_else(fell_back, 0, pc.cast(combined("success"), pa.int64()))
 
 
 def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Table:
@@ -210,6 +253,8 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
             columns, arrays = _read_actions(p)
         else:
             columns, body = _TABLES[name]
+            if name == "transitions" and not _has_column(p, "transitions", "routine"):
+                body = "FROM (SELECT *, 0 AS routine FROM transitions) ORDER BY id"  # schema 1
             arrays = list(_fetch_arrow(p, _query(columns, body)).slice(1).columns)
     except TraceError:
         raise
@@ -228,6 +273,9 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
             out[col] = pc.dictionary_encode(arr)
         elif kind == "b":
             out[col] = pc.not_equal(arr, 0) if len(arr) else arr.cast(pa.bool_())
+        elif kind == "B":
+            flags = pc.not_equal(arr, 0) if len(arr) else arr.cast(pa.bool_())
+            out[col] = pc.fill_null(flags, False)
         elif kind == "i":
             out[col] = arr.cast(pa.int64())
         elif kind == "f":

@@ -2,6 +2,11 @@
 
 Each action column is stored as one JSON array (or NULL when all of it is null). The state
 hash covers exactly those stored texts, so ``vvm validate`` can recompute it from the file.
+
+``fallback`` marks the decisions that produced no usable action (an unusable model reply, a
+policy error, an outage recorded under ``on_llm_error="fallback"``): 1 for those, 0 for the
+others, and NULL for a step without any, which is also what keeps the state hash of such a step
+what it was before the column existed.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ ACTION_COLUMNS = (
     "success",
     "result",
     "error",
+    "fallback",
 )
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -45,6 +51,7 @@ class StepRecord:
     success: list[int] = field(default_factory=list)
     result: list[str | None] = field(default_factory=list)
     error: list[str | None] = field(default_factory=list)
+    fallback: list[int] = field(default_factory=list)
     # (seq, author_id, channel, content)
     messages: list[tuple[int, str, str, str]] = field(default_factory=list)
     # (agent_idx, attempt, model, request_hash, prompt_tokens, completion_tokens, cost,
@@ -69,6 +76,7 @@ class StepRecord:
         success: bool,
         result: str | None,
         error: str | None,
+        fallback: bool = False,
     ) -> None:
         self.agent_idx.append(agent_idx)
         self.action.append(action)
@@ -78,6 +86,7 @@ class StepRecord:
         self.success.append(1 if success else 0)
         self.result.append(result)
         self.error.append(error)
+        self.fallback.append(1 if fallback else 0)
         self.n_actions += 1
 
     def action_columns(self) -> tuple[list[Any], ...]:
@@ -90,13 +99,23 @@ class StepRecord:
             self.success,
             self.result,
             self.error,
+            self.fallback,
         )
 
     def encode(self) -> tuple[str | None, ...]:
         """The stored JSON text of every action column (computed once, or set by a batch path)."""
         if not self.encoded:
-            self.encoded = tuple(encode_column(col) for col in self.action_columns())
+            *columns, fallback = self.action_columns()
+            self.encoded = (
+                *(encode_column(col) for col in columns),
+                encode_fallback(fallback),
+            )
         return self.encoded
+
+
+def encode_fallback(flags: list[int]) -> str | None:
+    """The ``fallback`` column: NULL when no decision of the step fell back."""
+    return _dumps(flags) if any(flags) else None
 
 
 def _field(value: Any) -> bytes:
@@ -122,9 +141,16 @@ def chain_hash(
     if clock is not None:
         h.update(f"\x1a{clock!r}".encode())
 
-    for text in encoded:
+    *columns, fallback = encoded if len(encoded) == len(ACTION_COLUMNS) else (*encoded, None)
+    for text in columns:
         h.update(b"\x1d")
         h.update(_field(text))
+    if fallback is not None:  # hashed only when present: older steps keep their hashes
+        h.update(b"\x1f")
+        h.update(_field(fallback))
+    # A transition's routine flag (its 5th field) is hashed only when set, so transitions
+    # recorded before the flag existed keep their hashes.
+    transitions = [row[:4] if len(row) > 4 and not row[4] else row for row in transitions]
     for group, mark in ((messages, b"\x1c"), (transitions, b"\x1b")):
         for row in group:
             h.update(mark)

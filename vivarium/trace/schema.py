@@ -12,7 +12,11 @@ the schema version, so both checks cost one page read and need no table to exist
 from __future__ import annotations
 
 APPLICATION_ID = 0x56495652  # "VIVR"
-SCHEMA_VERSION = 1
+# 2: the ``fallback`` column (decisions that produced no usable action) and
+# ``transitions.routine`` (a move the workflow declares part of its ordinary loop). Traces of schema 1
+# are read with it derived from what they recorded (see vivarium.trace.frames); they cannot
+# be resumed by this version.
+SCHEMA_VERSION = 2
 
 # Row ids are derived from (step, seq): a resumed run rewrites exactly the rows it replaces.
 SEQ_BITS = 24
@@ -63,7 +67,8 @@ CREATE TABLE steps (
     metadata TEXT,
     success TEXT,
     result TEXT,
-    error TEXT
+    error TEXT,
+    fallback TEXT
 );
 CREATE VIEW actions AS
 SELECT
@@ -77,6 +82,7 @@ SELECT
     json_extract(s.reasoning, '$[' || j.key || ']') AS reasoning,
     json_extract(s.metadata, '$[' || j.key || ']') AS metadata,
     json_extract(s.success, '$[' || j.key || ']') AS success,
+    COALESCE(json_extract(s.fallback, '$[' || j.key || ']'), 0) AS fallback,
     json_extract(s.result, '$[' || j.key || ']') AS result,
     json_extract(s.error, '$[' || j.key || ']') AS error
 FROM steps AS s
@@ -111,7 +117,8 @@ CREATE TABLE transitions (
     agent_idx INTEGER NOT NULL,
     from_state TEXT,
     to_state TEXT NOT NULL,
-    trigger TEXT
+    trigger TEXT,
+    routine INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE checkpoints (
     step INTEGER PRIMARY KEY,

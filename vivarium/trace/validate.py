@@ -72,9 +72,11 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
     report.agents = con.execute("SELECT count(*) FROM agents").fetchone()[0]
     if report.agents != n_agents:
         _corrupt(report, f"runs row says {n_agents} agents, agents table has {report.agents}")
+    columns = {row[1] for row in con.execute("PRAGMA table_info(steps)")}
+    fallback = "fallback" if "fallback" in columns else "NULL"  # schema 1 had no such column
     step_rows = con.execute(
         "SELECT step, n_actions, n_messages, world_digest, state_hash, clock, "
-        "agent_idx, action, arguments, reasoning, metadata, success, result, error "
+        f"agent_idx, action, arguments, reasoning, metadata, success, result, error, {fallback} "
         "FROM steps ORDER BY step"
     ).fetchall()
     report.steps_found = len(step_rows)
@@ -90,8 +92,11 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
             (rid & ((1 << SEQ_BITS) - 1), author, channel, content)
         )
     transitions: dict[int, list[tuple[object, ...]]] = {}
+    moves = {row[1] for row in con.execute("PRAGMA table_info(transitions)")}
+    routine = ", routine" if "routine" in moves else ""  # schema 1 had no such column
     for step, *row in con.execute(
-        "SELECT step, agent_idx, from_state, to_state, trigger FROM transitions ORDER BY id"
+        f"SELECT step, agent_idx, from_state, to_state, trigger{routine} "  # noqa: S608
+        "FROM transitions ORDER BY id"
     ):
         transitions.setdefault(step, []).append(tuple(row))
 

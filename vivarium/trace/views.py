@@ -67,14 +67,23 @@ class FrameViews:
             return self.frame(name, "polars")
         return {n: self.frame(n, "polars") for n in self.frame_names}
 
-    def to_parquet(self, directory: str | os.PathLike[str]) -> dict[str, Path]:
-        """Write every frame as ``<directory>/<frame>.parquet``; returns the paths."""
-        import pyarrow.parquet as pq
+    @property
+    def source_id(self) -> str:
+        """What these frames are of (a run id, a sweep): recorded in exported files."""
+        raise NotImplementedError
 
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {}
-        for name in self.frame_names:
-            paths[name] = out / f"{name}.parquet"
-            pq.write_table(self.arrow(name), paths[name])
-        return paths
+    def parquet_tables(self) -> dict[str, Any]:
+        """The Arrow tables ``to_parquet`` writes, by file name."""
+        return {name: self.arrow(name) for name in self.frame_names}
+
+    def to_parquet(
+        self, directory: str | os.PathLike[str], *, overwrite: bool = False
+    ) -> dict[str, Path]:
+        """Write every frame as ``<directory>/<frame>.parquet``; returns the paths.
+
+        A folder holding another run's (or sweep's) frames is refused unless ``overwrite``:
+        the same folder reused for two runs would otherwise keep only the last.
+        """
+        from vivarium.trace.parquet import write_frames
+
+        return write_frames(directory, self.parquet_tables(), self.source_id, overwrite=overwrite)

@@ -18,6 +18,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -30,7 +32,8 @@ SYSTEM_PROMPT_FILE = "system_prompt.md"
 WILDCARD = "*"
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
 # Context names the workflow sets itself; code steps may read them but not assign them.
-RESERVED_NAMES = frozenset({"state", "last_transition", "decisions"})
+# (``context`` reads every name in scope: safe_eval.SCOPE_NAME.)
+RESERVED_NAMES = frozenset({"state", "last_transition", "decisions", "context"})
 
 OnFailure = Literal["retry", "skip", "fail"]
 StepType = Literal["llm", "code", "transition"]
@@ -56,11 +59,17 @@ class WorkingMemoryConfig(_Strict):
 
 class TransitionConfig(_Strict):
     """One allowed state change. ``from: "*"`` matches every state; ``condition`` is a safe-eval
-    expression over the context. The string ``"a -> b"`` is shorthand for ``{from: a, to: b}``."""
+    expression over the context. The string ``"a -> b"`` is shorthand for ``{from: a, to: b}``.
+
+    ``routine: true`` marks a move of the workflow's ordinary loop (the last state going back
+    to the first, a periodic review returning to work). It is recorded with every transition
+    the rule allows (the trace's ``transitions.routine``), so analysis does not count the loop
+    going round as the agent changing its mind (``pivots``)."""
 
     from_: str = Field(alias="from", min_length=1)
     to: str = Field(min_length=1)
     condition: str | None = None
+    routine: StrictBool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -207,6 +216,22 @@ def resolve_agent_folder(folder: str | Path, base_dir: str | Path | None = None)
     return path
 
 
+def folder_enabled(folder: str | Path) -> bool:
+    """What the folder's ``agent.yaml`` says of ``enabled`` (True when it cannot be read: loading
+    the agent reports that, in one line, when the run is built)."""
+    import yaml
+
+    path = Path(folder)
+    if path.is_file():
+        path = path.parent
+    try:
+        data = yaml.safe_load((path / AGENT_FILE).read_text(encoding="utf-8"))
+        # the same reading of the value as AgentSpec's (``no``, ``"false"``, 0 are false too)
+        return bool(TypeAdapter(bool).validate_python(data.get("enabled", True)))
+    except Exception:
+        return True
+
+
 def spec_digest(folder: str | Path) -> str | None:
     """SHA-256 of what ``load_agent`` reads (``agent.yaml``, ``system_prompt.md``), or None
     when there is no agent file: editing an agent's folder changes the run it makes."""
@@ -280,10 +305,26 @@ def _problems(spec: AgentSpec) -> list[str]:
         out.append(f"{field}: state {name!r} is not defined (states: {shown})")
 
     def safe(field: str, source: str, mode: Literal["eval", "exec"]) -> None:
+        if mode == "eval" and not source.strip():
+            name = field.rpartition(".")[2]
+            out.append(
+                f"{field}: the condition is empty (write an expression, or leave {name} out)"
+            )
+            return
         try:
             safe_eval.check(source, mode)
         except Exception as exc:  # UnsafeExpression, or a syntax error however it is reported
             out.append(f"{field}: {_one_line(str(exc))}")
+            return
+        # A name the context will not hold fails every evaluation at run time: refuse it now.
+        unknown = sorted(safe_eval.names_read(source, mode) - readable)
+        if unknown:
+            out.append(
+                f"{field}: unknown name {unknown[0]!r} (not a workflow variable, an observation "
+                "field or a name a code step assigns; declare it under workflow.variables)"
+            )
+
+    readable = _readable_names(spec)
 
     dupes = _duplicates(states)
     if dupes:
@@ -302,6 +343,14 @@ def _problems(spec: AgentSpec) -> list[str]:
             undefined(f"{field}.to", tr.to)
         if tr.condition is not None:
             safe(f"{field}.condition", tr.condition, "eval")
+        for other in wf.transitions[:i]:
+            same = (other.from_, other.to, other.condition) == (tr.from_, tr.to, tr.condition)
+            if same and other.routine != tr.routine:
+                out.append(
+                    f"{field}.routine: {tr.from_} -> {tr.to} is listed twice, once routine and "
+                    "once not (give them different conditions, or keep one)"
+                )
+                break
 
     step_names = [s.name for s in wf.steps]
     dupes = _duplicates(step_names)
@@ -409,20 +458,49 @@ def _step_problems(
     return out
 
 
-def _assigned_names(code: str) -> set[str]:
-    """Plain names a code block assigns (it already passed the safe evaluator's check)."""
+def _readable_names(spec: AgentSpec) -> set[str]:
+    """Every name the context of a decision can hold: the workflow's variables, the fields of an
+    observation (``vivarium.workflow.prompt.OBSERVATION_KEYS``, ``tick``), the workflow's own
+    facts, and whatever a code step assigns (it is kept as a variable)."""
+    from vivarium.workflow.prompt import OBSERVATION_KEYS
+
+    names = {*spec.workflow.variables, *OBSERVATION_KEYS, "tick", *RESERVED_NAMES}
+    for step in spec.workflow.steps:
+        if step.type == "code" and step.code:
+            names |= _assigned_names(step.code, defining=True)
+    return names
+
+
+def _assigned_names(code: str, *, defining: bool = False) -> set[str]:
+    """Names a code block binds, as the run sees them: plain and unpacked targets (``a, b = ...``)
+    and the name under an item assignment or an augmented one (``d['k'] = v`` rebinds ``d``).
+    ``defining``: only the names a plain assignment creates (``x += 1`` and ``d['k'] = v`` need
+    ``x`` and ``d`` to exist already)."""
     import ast
 
     try:
         tree = ast.parse(code, mode="exec")
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set()
-    names = set()
+    names: set[str] = set()
+
+    def bind(target: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                bind(element)
+        elif isinstance(target, ast.Starred) or (
+            isinstance(target, ast.Subscript) and not defining
+        ):
+            bind(target.value)
+
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AugAssign | ast.AnnAssign):
+        if isinstance(node, ast.AugAssign | ast.AnnAssign) and not defining:
             targets = [node.target]
-        names.update(t.id for t in targets if isinstance(t, ast.Name))
+        for target in targets:
+            bind(target)
     return names
 
 

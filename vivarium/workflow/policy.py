@@ -23,7 +23,8 @@ A failed step (model error, unusable reply, safe-eval error, refused choice) fol
 ``on_failure``: ``retry`` (up to ``max_retries`` more attempts, the model told what was wrong; when
 they run out the step fails), ``skip`` (go on with the next step) or ``fail`` (end the decision:
 ``noop`` with the reason). Nothing raises out of a decision, except an error marked ``fatal`` (a
-replay with no recorded reply), which must stop the run.
+replay with no recorded reply) and an LLM outage that outlasted the retries (``LLMUnavailable``,
+unless ``on_llm_error="fallback"``): both must stop the run, the outage resumably.
 
 ``ActionRequest.metadata``: ``agent_state`` (taken out of the record by the engine),
 ``transitions`` (``{"from_state", "to_state", "trigger"}``), ``workflow_state``, ``steps`` (one
@@ -45,7 +46,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from vivarium.gateways.base import LLMResponse
+from vivarium.gateways.base import LLMResponse, stop_if_unavailable
 from vivarium.policies.parsing import (
     FALLBACK_ACTION,
     MAX_REASON_CHARS,
@@ -453,6 +454,7 @@ class WorkflowPolicy:
         self.spec = spec
         self.gateway = gateway
         self.seed = seed
+        self._own_registry = registry is not None
         self.registry = registry if registry is not None else _default_registry()
         self.machine = StateMachine.from_config(spec.workflow)
         self.model = spec.llm_model or model or getattr(gateway, "model", None) or "mock"
@@ -461,6 +463,12 @@ class WorkflowPolicy:
 
     def __repr__(self) -> str:
         return f"WorkflowPolicy(agent={self.spec.id!r}, model={self.model!r})"
+
+    def use_world_actions(self, registry: ActionRegistry, world: str) -> None:
+        """Describe and check actions with the registry of the world the agent acts in (called
+        by the engine when a run is built); a registry given to the constructor is kept."""
+        if not self._own_registry:
+            self.registry = registry
 
     # -- agent state ---------------------------------------------------------------------------
     def initial_state(self) -> dict[str, Any]:
@@ -851,8 +859,7 @@ class WorkflowPolicy:
         try:
             return _checked(self.gateway.chat(**request)), None
         except Exception as exc:
-            if getattr(exc, "fatal", False):
-                raise
+            stop_if_unavailable(exc)  # an outage stops the run; it is not the agent's doing
             return None, _error_text("llm error: ", exc)
 
     async def _acall(self, request: Request) -> Reply:
@@ -864,8 +871,7 @@ class WorkflowPolicy:
                 reply = await achat(**request)
             return _checked(reply), None
         except Exception as exc:
-            if getattr(exc, "fatal", False):
-                raise
+            stop_if_unavailable(exc)
             return None, _error_text("llm error: ", exc)
 
 

@@ -22,7 +22,21 @@ from typing import Any, Literal
 
 from vivarium.errors import ConfigError, VivariumError, squash
 
-__all__ = ["EvaluationError", "Limits", "UnsafeExpression", "check", "evaluate", "execute"]
+__all__ = [
+    "SCOPE_NAME",
+    "EvaluationError",
+    "Limits",
+    "UnsafeExpression",
+    "check",
+    "evaluate",
+    "execute",
+    "names_read",
+]
+
+# ``context`` reads the mapping of every name in scope: ``context.get('x', 0)`` is ``x`` when it
+# is defined and 0 when not, ``context['x']`` is ``x``. It is read-only: assigning it, or an item
+# of it, is refused (assign the name itself).
+SCOPE_NAME = "context"
 
 
 class UnsafeExpression(ConfigError):
@@ -266,6 +280,14 @@ def _refuse_name(name: str) -> None:
         raise UnsafeExpression(f"name {name!r} is not allowed (names starting with '_')")
 
 
+def _refuse_target(name: str) -> None:
+    _refuse_name(name)
+    if name == SCOPE_NAME:
+        raise UnsafeExpression(
+            f"{SCOPE_NAME!r} cannot be assigned (it reads the names in scope; assign a name)"
+        )
+
+
 def _validate(node: ast.AST, limits: Limits) -> None:
     """Raise UnsafeExpression for the first construct outside the whitelist."""
     kind = type(node)
@@ -360,7 +382,7 @@ def _validate_call(node: ast.Call, limits: Limits) -> None:
 def _validate_target(target: ast.AST, limits: Limits) -> None:
     kind = type(target)
     if kind is ast.Name:
-        _refuse_name(target.id)
+        _refuse_target(target.id)
     elif kind in (ast.Tuple, ast.List):
         for element in target.elts:
             _validate_target(element, limits)
@@ -373,7 +395,7 @@ def _validate_target(target: ast.AST, limits: Limits) -> None:
             base = base.value
         if type(base) is not ast.Name:
             raise UnsafeExpression("item assignment is only allowed on a name, like d['k'] = v")
-        _refuse_name(base.id)
+        _refuse_target(base.id)
     elif kind is ast.Starred:
         raise UnsafeExpression("starred assignment is not allowed")
     elif kind is ast.Attribute:
@@ -445,6 +467,8 @@ def _compiled(source: str, mode: str, limits: Limits) -> ast.AST:
         except UnsafeExpression:
             pass
         else:
+            if not getattr(module, "body", None):  # blank, or only comments
+                raise UnsafeExpression("expression is empty (write one, e.g. tick > 0)") from None
             _bound_tree(module, limits)
             _validate(module, limits)
             raise UnsafeExpression(
@@ -578,9 +602,20 @@ class _Evaluator:
     def name(self, node: ast.Name) -> Any:
         if node.id in self.names:
             return self.names[node.id]
+        if node.id == SCOPE_NAME:
+            return self.scope()
         if node.id not in self.context:  # `in` first: a defaultdict must not grow
             raise EvaluationError(f"unknown name {node.id!r}")
         return self.admit(self.context[node.id], f"name {node.id!r}")
+
+    def scope(self) -> dict[str, Any]:
+        """``context``: the caller's names, then those assigned so far (a fresh dict each time,
+        so nothing the text does reaches the caller's mapping). Values are type-checked when
+        read out of it, like any item."""
+        self.charge(len(self.context) + len(self.names))
+        merged = {k: v for k, v in self.context.items() if type(k) is str and k != SCOPE_NAME}
+        merged.update(self.names)
+        return merged
 
     def binop(self, node: ast.BinOp) -> Any:
         return self.arith(node.op, self.eval(node.left), self.eval(node.right))
@@ -854,6 +889,25 @@ def check(
 ) -> None:
     """Raise UnsafeExpression if ``source`` uses anything not allowed; run nothing."""
     _prepare(source, mode, limits)
+
+
+def names_read(source: str, mode: Literal["eval", "exec"] = "eval") -> set[str]:
+    """The names ``source`` reads from its context (``x`` in ``y = x + 1`` and in ``x += 1``),
+    functions called and ``context`` aside; run nothing. Check the text first (``check``):
+    loaders compare these with the names the context will hold, so an unknown name is refused
+    when the text is loaded, not at every evaluation."""
+    tree, _limits = _prepare(source, mode, None)
+    called = {
+        id(node.func) for node in ast.walk(tree) if type(node) is ast.Call
+    }  # ``len`` in ``len(x)`` is a function, not a name read
+    names = set()
+    for node in ast.walk(tree):
+        if type(node) is ast.Name and type(node.ctx) is ast.Load and id(node) not in called:
+            names.add(node.id)
+        elif type(node) is ast.AugAssign and type(node.target) is ast.Name:
+            names.add(node.target.id)
+    names.discard(SCOPE_NAME)
+    return names
 
 
 def evaluate(expression: str, context: Mapping[str, Any], *, limits: Limits | None = None) -> Any:

@@ -44,23 +44,30 @@ class StateMachine:
 
     def why_not(self, src: str, dst: str, context: Mapping[str, Any] | None = None) -> str | None:
         """``None`` if ``src -> dst`` is allowed in ``context``, else the reason it is not."""
+        return self._match(src, dst, context)[1]
+
+    def _match(
+        self, src: str, dst: str, context: Mapping[str, Any] | None
+    ) -> tuple[TransitionConfig | None, str | None]:
+        """The rule that allows ``src -> dst`` (the first listed whose condition holds; None
+        when no rule is needed), or the reason no rule does."""
         for name in (src, dst):
             if name not in self.states:
-                return f"state {name!r} is not defined (states: {', '.join(self.states)})"
+                return None, f"state {name!r} is not defined (states: {', '.join(self.states)})"
         if src == dst or not self.rules:
-            return None
+            return None, None
         candidates = [r for r in self.rules if r.to == dst and r.from_ in (src, WILDCARD)]
         if not candidates:
-            return f"no transition allows {src} -> {dst}"
+            return None, f"no transition allows {src} -> {dst}"
         problems = []
         for rule in candidates:
             if rule.condition is None:
-                return None
+                return rule, None
             try:
                 from vivarium.workflow import safe_eval
 
                 if safe_eval.evaluate(rule.condition, dict(context or {})):
-                    return None
+                    return rule, None
                 problems.append(f"condition {rule.condition!r} is false")
             except Exception as exc:  # EvaluationError, UnsafeExpression: not allowed, say why
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -68,7 +75,7 @@ class StateMachine:
                     f"condition {rule.condition!r} failed: {type(exc).__name__}"
                     + (f": {text}" if text else "")
                 )
-        return f"{src} -> {dst} not allowed: " + "; ".join(problems)
+        return None, f"{src} -> {dst} not allowed: " + "; ".join(problems)
 
     def can_transition(self, src: str, dst: str, context: Mapping[str, Any] | None = None) -> bool:
         return self.why_not(src, dst, context) is None
@@ -80,9 +87,11 @@ class StateMachine:
         context: Mapping[str, Any] | None = None,
         *,
         trigger: str = "",
-    ) -> dict[str, str]:
-        """The record ``{"from_state", "to_state", "trigger"}``, or ``TransitionError``."""
-        reason = self.why_not(src, dst, context)
+    ) -> dict[str, Any]:
+        """The record ``{"from_state", "to_state", "trigger", "routine"}``, or
+        ``TransitionError``; ``routine`` is the flag of the rule that allowed the move."""
+        rule, reason = self._match(src, dst, context)
         if reason is not None:
             raise TransitionError(reason)
-        return {"from_state": src, "to_state": dst, "trigger": trigger}
+        routine = bool(rule is not None and rule.routine)
+        return {"from_state": src, "to_state": dst, "trigger": trigger, "routine": routine}

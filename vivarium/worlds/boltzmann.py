@@ -59,7 +59,7 @@ def _give(world: BoltzmannWorld, request: ActionRequest, args: GiveArgs) -> Acti
     return _OK
 
 
-BOLTZMANN_ACTIONS = ActionRegistry()
+BOLTZMANN_ACTIONS = ActionRegistry(default_tool="give")
 BOLTZMANN_ACTIONS.action("noop", "Do nothing this step.")(_noop)
 BOLTZMANN_ACTIONS.action("give", "Give one unit of your wealth to another agent.", GiveArgs)(_give)
 

@@ -51,7 +51,7 @@ def _post_message(
     return ActionResult.ok({"message_index": len(world.messages) - 1})
 
 
-CHANNEL_ACTIONS = ActionRegistry()
+CHANNEL_ACTIONS = ActionRegistry(default_tool="post_message")
 CHANNEL_ACTIONS.action("noop", "Do nothing this step.")(_noop)
 CHANNEL_ACTIONS.action("emit_event", "Emit an event with an integer value.", EmitEventArgs)(
     _emit_event

@@ -21,7 +21,8 @@ after the method succeeded; invoking your own artifact is free.
 Quotas per agent: disk bytes (the UTF-8 size of content plus method sources of the ``data``
 artifacts the agent owns; its own agent and memory artifacts have their own bounds and do not
 count) and, when ``llm_token_quota`` is set, LLM tokens reported through ``record_llm_usage``:
-an agent over it can only ``noop``.
+an agent over it can only ``noop``, and the engine asks ``over_llm_quota`` before each decision,
+so it makes no more model calls.
 
 Every outcome is an ``ActionResult`` with success and, on failure, a one-line reason such as
 ``not found: artifact 'x'``, ``permission denied: ...``, ``insufficient scrip: need 5, have 2``,
@@ -508,7 +509,8 @@ def _transfer_scrip(
     )
 
 
-ECOLOGY_ACTIONS = ActionRegistry()
+# force_tool=True makes small models write artifacts: the ecology's economy is built of them.
+ECOLOGY_ACTIONS = ActionRegistry(default_tool="write_artifact")
 ECOLOGY_ACTIONS.action("noop", "Do nothing this step.")(_noop)
 ECOLOGY_ACTIONS.action(
     "read_artifact", "Read an artifact: its content, owner, price and methods.", ReadArtifactArgs
@@ -646,11 +648,9 @@ class EcologyWorld:
         state = self._agents.get(request.agent_id)
         if state is None:
             return ActionResult.failed(f"unknown agent {request.agent_id!r}")
-        quota = self.llm_token_quota
-        if quota is not None and request.action_name != "noop" and state.llm_tokens > quota:
-            result = ActionResult.failed(
-                f"over quota: llm tokens {state.llm_tokens} used > quota {quota}"
-            )
+        over = self.over_llm_quota(request.agent_id)
+        if over is not None and request.action_name != "noop":
+            result = ActionResult.failed(over)
         else:
             result = self.registry.dispatch(self, request)
         self._record(request, result)
@@ -665,6 +665,17 @@ class EcologyWorld:
         with self._lock:
             out, self._unrecorded = self._unrecorded, []
             return out
+
+    def over_llm_quota(self, agent_id: str) -> str | None:
+        """Why ``agent_id`` may not act or call its model any more (its LLM tokens are past
+        ``llm_token_quota``), or None. The engine asks before each decision: no call is made
+        for an agent over its quota. (One decision may still go past it: a workflow decision
+        can make several calls, and tokens are known only once they are spent.)"""
+        quota = self.llm_token_quota
+        state = self._agents.get(agent_id)
+        if quota is None or state is None or state.llm_tokens <= quota:
+            return None
+        return f"over quota: llm tokens {state.llm_tokens} used > quota {quota}"
 
     def record_llm_usage(self, agent_id: str, tokens: int) -> None:
         """Count LLM tokens an agent spent; past ``llm_token_quota`` it can only ``noop``."""

@@ -62,10 +62,18 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 class ActionRegistry:
-    """Maps action names to specs. ``extend()`` gives a copy a new world can add to."""
+    """Maps action names to specs. ``extend()`` gives a copy a new world can add to.
 
-    def __init__(self, specs: list[ActionSpec] | None = None) -> None:
+    ``default_tool`` is the world's main action: the one an LLM agent is made to call when its
+    ``force_tool`` is ``True`` (small models act only when a tool is forced). Unset, it is the
+    first action other than ``noop``.
+    """
+
+    def __init__(
+        self, specs: list[ActionSpec] | None = None, *, default_tool: str | None = None
+    ) -> None:
         self._specs: dict[str, ActionSpec] = {}
+        self.default_tool = default_tool
         for spec in specs or []:
             self.register(spec)
 
@@ -84,7 +92,14 @@ class ActionRegistry:
         return wrap
 
     def extend(self) -> ActionRegistry:
-        return ActionRegistry(list(self._specs.values()))
+        return ActionRegistry(list(self._specs.values()), default_tool=self.default_tool)
+
+    def forced_default(self, offered: list[str] | tuple[str, ...]) -> str | None:
+        """The tool ``force_tool=True`` forces among ``offered``: the default tool if offered,
+        else the first offered action other than ``noop`` (else ``noop``; None if none)."""
+        if self.default_tool in offered:
+            return self.default_tool
+        return next((n for n in offered if n != "noop"), offered[0] if offered else None)
 
     def get(self, name: str) -> ActionSpec | None:
         return self._specs.get(name)
