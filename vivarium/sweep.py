@@ -799,10 +799,22 @@ def _watch_sweep(alive_fd: int) -> None:
     os._exit(70)
 
 
+def _interrupt_once(signum: int, frame: Any) -> None:
+    """Ctrl-C in a worker: interrupt the run once, then ignore further Ctrl-Cs.
+
+    A terminal's Ctrl-C reaches the whole process group and the sweep process passes it on as
+    well, so a worker often gets two. The second must not cut short the recording of the
+    first (the run's ``interrupted`` status and the trace's close).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _worker_main() -> None:
     """A local worker: run each task the sweep process sends, send back its result."""
     task_fd, result_fd, alive_fd = (int(arg) for arg in sys.argv[1:4])
     os.environ.setdefault("VIVARIUM_PROGRESS", "0")
+    signal.signal(signal.SIGINT, _interrupt_once)
     threading.Thread(
         target=_watch_sweep, args=(alive_fd,), name="vivarium-sweep-watchdog", daemon=True
     ).start()

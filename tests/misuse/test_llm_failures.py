@@ -156,7 +156,8 @@ def test_a_policy_that_raises_on_step_3_is_a_visible_fallback(tmp_path: Path) ->
     assert fell["step"].tolist() == [3, 3] and not fell["success"].any()
     assert (fell["error"] == "policy error: KeyError: 'score'").all()
     assert run.health.problems == (
-        "2 of 12 decisions were fallbacks (no usable action; the reasons are in actions.error)",
+        "2 of 12 decisions were fallbacks, 2 of them failures "
+        "(no usable action; the reasons are in actions.error)",
     )
     mine = [w for w in caught if issubclass(w.category, RunHealthWarning)]
     assert len(mine) == 1 and "2 of 12 decisions were fallbacks" in str(mine[0].message)

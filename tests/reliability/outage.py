@@ -54,8 +54,15 @@ def server(port: int = 0, **kwargs: Any) -> FakeOpenAIServer:
 
 def stop_after(srv: FakeOpenAIServer, requests: int) -> threading.Thread:
     """Stop ``srv`` (as a killed server: connections dropped) once it has seen ``requests``
-    more requests."""
+    more requests.
+
+    The cut is exact: from that request on, every connection is dropped mid-reply at once (a
+    fault rule, decided in the request's own thread), and a watcher then stops the server, so
+    later connections are refused. A watcher alone would stop it a little late on a busy
+    machine, and a short run could even finish first.
+    """
     target = srv.request_count + requests
+    srv.faults = lambda index, body: "close_mid_body" if index >= target else None
 
     def watch() -> None:
         deadline = time.monotonic() + 120

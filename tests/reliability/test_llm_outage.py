@@ -147,11 +147,9 @@ def test_on_llm_error_fallback_keeps_going_with_the_fallbacks_marked(tmp_path: P
     assert run.metadata["status"] == "complete" and run.metadata["steps_done"] == STEPS
     actions = run.actions
     fell = actions[actions["fallback"]]
-    # Everything after the server died is a fallback, each one laid out like every other. (The
-    # watcher stops the server a little late on a busy machine: the first step is not exact.)
-    died = int(fell["step"].min())
-    assert died <= STEPS - 5 and len(fell) >= AGENTS * 5
-    assert actions.loc[actions["step"] > died, "fallback"].all()
+    # Everything after the server died is a fallback, each one laid out like every other.
+    assert sorted(set(fell["step"])) == list(range(STEPS // 2, STEPS))
+    assert len(fell) == AGENTS * (STEPS - STEPS // 2)
     assert (fell["action"] == "noop").all() and not fell["success"].any()
     assert fell["error"].str.startswith("llm error: LLMCallError: openai/fake: ").all()
     assert fell["error"].str.contains("connection").all()
