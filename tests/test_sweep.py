@@ -337,18 +337,26 @@ def test_resume_after_sigkill_runs_only_the_missing_runs(tmp_path: Path) -> None
     assert 1 <= len(done) < len(before) == 6
     assert len(midway) == 1
     resumed = run_sweep(kill_base(), KILL_GRID, folder=folder, max_workers=2, progress=False)
-    assert resumed.ok
-    after = resumed.index
-    for row in after.itertuples():
-        if row.run in done:  # finished before the kill: not run again
+    assert_only_the_rest_ran(resumed, done, midway, tmp_path / "clean")
+
+
+def assert_only_the_rest_ran(
+    again: Sweep, done: dict[int, int], midway: list[int], clean_folder: Path
+) -> None:
+    """A stopped sweep (killed, Ctrl-C), run again: runs finished before the stop untouched
+    (``done``: run -> trace mtime), the cut ones resumed from their checkpoints, the others run
+    once, and the merged frames equal those of a sweep never stopped."""
+    assert again.ok
+    for row in again.index.itertuples():
+        if row.run in done:  # finished before the stop: not run again
             assert row.attempts == 1
             assert Path(row.path).stat().st_mtime_ns == done[row.run]
-        elif row.run in midway:  # killed midway: resumed from its checkpoint
+        elif row.run in midway:  # cut midway: resumed from its checkpoint
             assert (row.action, row.attempts) == ("resumed", 2)
         else:
             assert (row.action, row.attempts) == ("ran", 1)
-    clean = run_sweep(kill_base(), KILL_GRID, folder=tmp_path / "clean", backend="inline")
-    assert_same_frames(resumed, clean)
+    clean = run_sweep(kill_base(), KILL_GRID, folder=clean_folder, backend="inline")
+    assert_same_frames(again, clean)
 
 
 # -- a shared cassette ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from tests.conftest import run_cli
 from tests.test_sweep import (
     KILL_GRID,
     TESTS,
-    assert_same_frames,
+    assert_only_the_rest_ran,
     checkpoints,
     group_alive,
     index_rows,
@@ -137,17 +137,7 @@ def test_ctrl_c_during_a_sweep_then_a_rerun_finishes_only_the_rest(tmp_path: Pat
     assert all(r[1] == "pending" for r in rows if r[0] not in done and r != cut[0])
 
     again = run_sweep(kill_base(), KILL_GRID, folder=folder, max_workers=2)
-    assert again.ok
-    for row in again.index.itertuples():
-        if row.run in done:  # finished before Ctrl-C: untouched
-            assert row.attempts == 1
-            assert Path(row.path).stat().st_mtime_ns == done[row.run]
-        elif row.run == cut[0][0]:  # cut midway: resumed from its checkpoint
-            assert (row.action, row.attempts) == ("resumed", 2)
-        else:
-            assert (row.action, row.attempts) == ("ran", 1)
-    clean = run_sweep(kill_base(), KILL_GRID, folder=tmp_path / "clean", backend="inline")
-    assert_same_frames(again, clean)
+    assert_only_the_rest_ran(again, done, [cut[0][0]], tmp_path / "clean")
 
 
 def test_two_sweeps_on_one_folder_at_once(tmp_path: Path) -> None:
