@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -176,6 +177,18 @@ def failing_while(broken: list[bool]):  # noqa: ANN201
     return lambda _index, _body: "500" if broken[0] else None
 
 
+def gateway_configs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The LLM configs every gateway built from now on is made from, in order."""
+    import vivarium.gateways.stack as stack
+
+    seen: list[Any] = []
+    original = stack.build_gateway
+    monkeypatch.setattr(
+        stack, "build_gateway", lambda llm, shared: seen.append(llm) or original(llm, shared)
+    )
+    return seen
+
+
 def all_rows(db: Path) -> dict[str, list[tuple]]:
     return {t: rows(db, t) for t in (*TABLES, "meta")}
 
@@ -196,13 +209,7 @@ def test_resume_goes_on_with_the_recorded_llm_settings(
             "max_concurrency": 3,
         }
         assert settings["on_llm_error"] == "stop" and "api_key" not in settings
-        seen = []
-        import vivarium.gateways.stack as stack
-
-        original = stack.build_gateway
-        monkeypatch.setattr(
-            stack, "build_gateway", lambda llm, s: seen.append(llm) or original(llm, s)
-        )
+        seen = gateway_configs(monkeypatch)
         broken[0] = False
         run = resume_run(db)  # no api_base given: the recorded one is used
         assert run.metadata["status"] == "complete" and run.metadata["steps_done"] == 6
@@ -224,13 +231,7 @@ def test_resume_flags_override_the_recorded_settings(
     broken[0] = False
     with FakeOpenAIServer() as moved:  # the server came back on another port
         url = moved.base_url
-        seen = []
-        import vivarium.gateways.stack as stack
-
-        original = stack.build_gateway
-        monkeypatch.setattr(
-            stack, "build_gateway", lambda llm, s: seen.append(llm) or original(llm, s)
-        )
+        seen = gateway_configs(monkeypatch)
         run = Run.open(db).resume(llm={"api_base": url, "rate_limit_rpm": 1200})
         assert run.metadata["status"] == "complete"
         assert seen[0].api_base == url and seen[0].rate_limit_rpm == 1200
