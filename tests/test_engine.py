@@ -10,6 +10,7 @@ import pytest
 
 from vivarium import ActionRequest, Run, TraceDb, WorldEngine, WorldEngineConfig
 from vivarium.errors import ConfigError
+from vivarium.worlds import InMemoryChannel
 
 
 class Poster:
@@ -50,7 +51,9 @@ class Broken:
 
 def run_engine(db: Path, agents: dict[str, Any], steps: int = 1, **config: Any) -> Run:
     trace = TraceDb(db)
-    engine = WorldEngine(WorldEngineConfig(run_id="t", **config), agents, trace_db=trace)
+    settings = WorldEngineConfig(run_id="t", **config)
+    world = InMemoryChannel(message_history_limit=settings.message_history_limit)
+    engine = WorldEngine(settings, agents, world, trace_db=trace)
     engine.run(steps)
     trace.close()
     return Run.open(db)
@@ -127,7 +130,7 @@ def test_policy_exception_becomes_a_recorded_noop(db: Path) -> None:
 
 def test_engine_rejects_objects_without_decide() -> None:
     with pytest.raises(ConfigError, match="no decide"):
-        WorldEngine(WorldEngineConfig(run_id="x"), {"a": object()})  # type: ignore[dict-item]
+        WorldEngine(WorldEngineConfig(run_id="x"), {"a": object()}, InMemoryChannel())  # type: ignore[dict-item]
 
 
 def test_state_hash_chain_depends_on_every_row(db: Path, tmp_path: Path) -> None:
@@ -138,7 +141,7 @@ def test_state_hash_chain_depends_on_every_row(db: Path, tmp_path: Path) -> None
 
 
 def test_step_numbers_must_follow_on(db: Path) -> None:
-    engine = WorldEngine(WorldEngineConfig(run_id="x"), {"a": Fixed("noop")})
+    engine = WorldEngine(WorldEngineConfig(run_id="x"), {"a": Fixed("noop")}, InMemoryChannel())
     engine.step(0)
     with pytest.raises(ConfigError, match="next step is 1"):
         engine.step(5)
@@ -147,7 +150,9 @@ def test_step_numbers_must_follow_on(db: Path) -> None:
 @pytest.mark.parametrize("steps", [-1, -100, 2.5, "3", None])
 def test_run_refuses_a_step_count_that_is_not_a_count(db: Path, steps: Any) -> None:
     trace = TraceDb(db)
-    engine = WorldEngine(WorldEngineConfig(run_id="t"), {"a": Fixed("noop")}, trace_db=trace)
+    engine = WorldEngine(
+        WorldEngineConfig(run_id="t"), {"a": Fixed("noop")}, InMemoryChannel(), trace_db=trace
+    )
     with pytest.raises(ConfigError) as info:
         engine.run(steps)
     trace.close()
@@ -178,7 +183,9 @@ def test_zero_steps_is_a_complete_empty_run(db: Path) -> None:
     ],
 )
 def test_step_misuse_is_one_line(kwargs: dict[str, Any], expected: str) -> None:
-    engine = WorldEngine(WorldEngineConfig(run_id="x"), {"a": Fixed("noop"), "b": Fixed("noop")})
+    engine = WorldEngine(
+        WorldEngineConfig(run_id="x"), {"a": Fixed("noop"), "b": Fixed("noop")}, InMemoryChannel()
+    )
     with pytest.raises(ConfigError) as info:
         engine.step(**kwargs)
     assert str(info.value) == expected

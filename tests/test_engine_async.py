@@ -9,6 +9,7 @@ from typing import Any
 
 from vivarium import ActionRequest, Run, TraceDb, WorldEngine, WorldEngineConfig
 from vivarium.gateways.base import CallRecord, record_call
+from vivarium.worlds import InMemoryChannel
 
 
 class SlowPoster:
@@ -44,7 +45,9 @@ class SlowPoster:
 
 def run_engine(db: Path, agents: dict[str, Any], steps: int, **config: Any) -> Run:
     trace = TraceDb(db)
-    WorldEngine(WorldEngineConfig(run_id="async", **config), agents, trace_db=trace).run(steps)
+    WorldEngine(
+        WorldEngineConfig(run_id="async", **config), agents, InMemoryChannel(), trace_db=trace
+    ).run(steps)
     trace.close()
     return Run.open(db)
 
@@ -70,6 +73,34 @@ def test_max_concurrency_bounds_calls_in_flight(db: Path) -> None:
     agents = {f"a{i}": SlowPoster(0.01, finished, flight, peak) for i in range(10)}
     run_engine(db, agents, steps=1, scheduling="simultaneous", max_concurrency=3)
     assert peak[0] == 3 and len(finished) == 10
+
+
+def test_max_concurrency_needs_no_llm_section(db: Path) -> None:
+    """The run's concurrency is an engine setting: an async policy of the user's own, with no
+    ``llm`` section, is bounded by it, and the run id does not change with it."""
+    from vivarium import Experiment
+    from vivarium.build import POLICIES, register_policy
+
+    finished: list[str] = []
+    flight, peak = [0], [0]
+    register_policy("slow_poster", lambda *_: SlowPoster(0.01, finished, flight, peak))
+    try:
+        fields = {"policy": "slow_poster", "agents": 10, "steps": 1, "scheduling": "simultaneous"}
+        bounded = Experiment(**fields, max_concurrency=3)
+        assert bounded.config.llm is None
+        assert bounded.run_id == Experiment(**fields).run_id  # how fast, not what
+        bounded.run(db, progress=False)
+        assert peak[0] == 3 and len(finished) == 10
+        peak[0] = 0
+        older = Experiment(**fields, llm={"mock": True, "max_concurrency": 4})
+        older.run(db.with_name("older.sqlite"), progress=False)
+        assert peak[0] == 4  # llm.max_concurrency, the older place, still works
+        peak[0] = 0
+        both = Experiment(**fields, max_concurrency=2, llm={"mock": True, "max_concurrency": 4})
+        both.run(db.with_name("both.sqlite"), progress=False)
+        assert peak[0] == 2  # the run's own wins
+    finally:
+        POLICIES.pop("slow_poster", None)
 
 
 class Hanging:

@@ -66,10 +66,22 @@ def test_default_db_goes_to_runs_folder(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_bad_arguments_raise_one_line_config_error() -> None:
     with pytest.raises(ConfigError) as err:
-        Experiment(agents=0, steps=-1, policy="genius")
+        Experiment(agents=0, steps=-1)
     message = str(err.value)
     assert "\n" not in message
-    assert "agents" in message and "steps" in message and "unknown policy 'genius'" in message
+    assert "agents" in message and "steps" in message
+
+
+def test_unknown_names_are_one_line_when_the_run_is_built(tmp_path: Path) -> None:
+    # Config validation does not know which names exist; building the run checks them, before
+    # the trace file is touched, in one line that lists the known names.
+    db = tmp_path / "never.sqlite"
+    with pytest.raises(ConfigError) as err:
+        Experiment(world="mars", agents=[{"policy": "random"}, {"policy": "genius"}]).run(db)
+    message = str(err.value)
+    assert "\n" not in message and not db.exists()
+    assert message.startswith("config: world: unknown world 'mars' (known: boltzmann, channel,")
+    assert "agents.1.policy: unknown policy 'genius' (known: boltzmann, cognitive," in message
 
 
 def test_config_from_yaml_and_json(tmp_path: Path) -> None:

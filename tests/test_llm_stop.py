@@ -20,7 +20,7 @@ import pytest
 from tests.workflow.wf_helpers import agent_data, write_agent
 from vivarium import ActionRequest, Run, TraceDb, WorldEngine, WorldEngineConfig
 from vivarium.engine.deciding import Decider
-from vivarium.errors import RunInterrupted, TraceError
+from vivarium.errors import RunInterrupted, RunStoppingError, TraceError
 from vivarium.gateways.base import (
     INFRASTRUCTURE_KINDS,
     GatewayBase,
@@ -34,6 +34,7 @@ from vivarium.gateways.base import (
 )
 from vivarium.seeding import canonical_json
 from vivarium.trace.validate import validate_trace
+from vivarium.worlds import InMemoryChannel
 
 # kind -> is it the infrastructure's failure (decided here by reading the issue, not the code)
 KINDS = {
@@ -65,7 +66,9 @@ def test_stop_if_unavailable_follows_the_mode() -> None:
     )
     with pytest.raises(LLMUnavailable, match="down") as info:
         stop_if_unavailable(outage)  # the default is "stop"
-    assert info.value.fatal and info.value.kind == "connection"
+    # an outage that stops the run is of the run-stopping type (no attribute to read)
+    assert isinstance(info.value, RunStoppingError) and info.value.kind == "connection"
+    assert not isinstance(outage, RunStoppingError)  # until the retries are exhausted
     stop_if_unavailable(rejected)  # the agent's: returns, the policy records a fallback
     stop_if_unavailable(ValueError("a parser bug"))
     token = set_on_llm_error("fallback")
@@ -136,7 +139,9 @@ def policies(kind: str, gateway: DownOnStep, tmp_path: Path) -> dict[str, Any]:
 def engine_run(db: Path, agents: dict[str, Any], counter: StepCounter, **config: Any) -> Run:
     trace = TraceDb(db)
     try:
-        engine = WorldEngine(WorldEngineConfig(run_id="stop", **config), agents, trace_db=trace)
+        engine = WorldEngine(
+            WorldEngineConfig(run_id="stop", **config), agents, InMemoryChannel(), trace_db=trace
+        )
         engine.run(5, on_step=counter)
     finally:
         trace.close()
@@ -270,7 +275,10 @@ def test_a_policy_error_and_an_unusable_reply_have_one_layout(tmp_path: Path) ->
     db = tmp_path / "t.sqlite"
     trace = TraceDb(db)
     WorldEngine(
-        WorldEngineConfig(run_id="mixed"), dict.fromkeys("abc", Mixed()), trace_db=trace
+        WorldEngineConfig(run_id="mixed"),
+        dict.fromkeys("abc", Mixed()),
+        InMemoryChannel(),
+        trace_db=trace,
     ).run(2)
     trace.close()
     con = sqlite3.connect(db)
@@ -327,9 +335,12 @@ def as_schema_1(db: Path) -> None:
 def test_a_schema_1_trace_reads_its_fallbacks_right_and_is_not_resumed(tmp_path: Path) -> None:
     db = tmp_path / "v1.sqlite"
     trace = TraceDb(db)
-    WorldEngine(WorldEngineConfig(run_id="old"), dict.fromkeys("abc", Mixed()), trace_db=trace).run(
-        2
-    )
+    WorldEngine(
+        WorldEngineConfig(run_id="old"),
+        dict.fromkeys("abc", Mixed()),
+        InMemoryChannel(),
+        trace_db=trace,
+    ).run(2)
     trace.close()
     as_schema_1(db)
     actions = Run.open(db).actions

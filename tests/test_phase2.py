@@ -63,6 +63,7 @@ def test_mock_latencies_in_reverse_still_commit_in_agent_order(tmp_path: Path) -
     from vivarium.engine.engine import WorldEngine, WorldEngineConfig
     from vivarium.gateways.mock import MockLLMGateway
     from vivarium.trace.db import TraceDb
+    from vivarium.worlds import InMemoryChannel
 
     config = ExperimentConfig(policy="cognitive", agents=5, steps=2, llm={"mock": True})
     shared = {"gateway": MockLLMGateway(seed=1)}
@@ -80,7 +81,10 @@ def test_mock_latencies_in_reverse_still_commit_in_agent_order(tmp_path: Path) -
     shared["gateway"].latency_fn = latency
     trace = TraceDb(tmp_path / "rev.sqlite")
     WorldEngine(
-        WorldEngineConfig(run_id="rev", scheduling="simultaneous"), agents, trace_db=trace
+        WorldEngineConfig(run_id="rev", scheduling="simultaneous"),
+        agents,
+        InMemoryChannel(),
+        trace_db=trace,
     ).run(2)
     trace.close()
     run = Run.open(tmp_path / "rev.sqlite")

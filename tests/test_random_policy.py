@@ -153,3 +153,41 @@ def test_batch_leaves_lazy_generators_that_match() -> None:
     assert [p.get_state() for p in batched] == [p.get_state() for p in single]  # no generator built
     assert all(p._rng is None for p in batched)
     assert [p.rng.getstate() for p in batched] == [p.rng.getstate() for p in single]
+
+
+def test_batch_decider_columns_are_the_per_agent_rows() -> None:
+    from vivarium.seeding import canonical_json
+    from vivarium.trace.records import encode_column
+
+    seeds = [stable_agent_seed(6, f"agent_{i:03d}") for i in range(9)]
+    single = [RandomAgentPolicy.from_seed(s) for s in seeds]
+    batch = RandomAgentPolicy.batch_decider(
+        [RandomAgentPolicy.from_seed(s) for s in seeds], frozenset({"noop", "emit_event"})
+    )
+    assert batch is not None
+    order = [4, 0, 8, 2, 6, 1, 3, 7, 5]
+    for t in range(40):
+        decisions = batch.decide_batch(t, order if t % 2 else None)
+        rows = order if t % 2 else range(9)
+        requests = {
+            i: single[i].decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+            for i in range(9)
+        }
+        assert [decisions.action_names[c] for c in decisions.codes] == [
+            requests[i].action_name for i in rows
+        ]
+        assert decisions.arguments == encode_column(
+            [canonical_json(requests[i].arguments) if requests[i].arguments else None for i in rows]
+        )
+
+
+def test_batch_decider_declines_what_it_cannot_decide() -> None:
+    class Mine(RandomAgentPolicy):
+        pass
+
+    both = frozenset({"noop", "emit_event"})
+    plain = RandomAgentPolicy.from_seed(1)
+    assert RandomAgentPolicy.batch_decider([plain, Mine.from_seed(2)], both) is None
+    assert RandomAgentPolicy.batch_decider([plain], frozenset({"noop"})) is None
+    other = RandomAgentPolicy.from_seed(3, ("noop",))
+    assert RandomAgentPolicy.batch_decider([plain, other], both) is None

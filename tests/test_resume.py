@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import run_cli
 from vivarium import Experiment, Run, TraceDb
 from vivarium.errors import ConfigError
-from vivarium.experiment import resume_run
+from vivarium.runner import resume_run
 from vivarium.trace.validate import validate_trace
 
 TABLES = ("runs", "agents", "steps", "messages", "llm_calls", "transitions", "checkpoints")
@@ -134,7 +134,7 @@ def test_resume_refuses_an_agent_folder_edited_since_the_run_began(tmp_path: Pat
 # -- a resume goes on the way the run was made -------------------------------------------------
 from tests.support.fake_openai import FakeOpenAIServer  # noqa: E402
 from vivarium.errors import RunInterrupted  # noqa: E402
-from vivarium.experiment import recorded_llm_settings  # noqa: E402
+from vivarium.trace.resume import recorded_llm_settings  # noqa: E402
 
 LLM_SETTINGS = {
     "model": "openai/fake",
@@ -179,13 +179,11 @@ def failing_while(broken: list[bool]):  # noqa: ANN201
 
 def gateway_configs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The LLM configs every gateway built from now on is made from, in order."""
-    import vivarium.gateways.stack as stack
+    import vivarium.build as build
 
     seen: list[Any] = []
-    original = stack.build_gateway
-    monkeypatch.setattr(
-        stack, "build_gateway", lambda llm, shared: seen.append(llm) or original(llm, shared)
-    )
+    original = build.gateway_settings
+    monkeypatch.setattr(build, "gateway_settings", lambda llm: seen.append(llm) or original(llm))
     return seen
 
 

@@ -26,13 +26,13 @@ from vivarium.sweep import (
     INDEX_FILE,
     SWEEP_FRAMES,
     Sweep,
-    _FolderLock,
     main_sweep,
     parse_grid_items,
     plan_sweep,
     run_sweep,
     split_sweep_section,
 )
+from vivarium.sweep import FolderLock as _FolderLock
 from vivarium.worlds.channel import InMemoryChannel
 
 TESTS = Path(__file__).resolve().parent

@@ -264,9 +264,12 @@ class _Mover:
 
 def _mover_run(db: Path, routine: bool) -> Run:
     from vivarium import WorldEngine, WorldEngineConfig
+    from vivarium.worlds import InMemoryChannel
 
     trace = TraceDb(db)
-    WorldEngine(WorldEngineConfig(run_id="m"), {"x": _Mover(routine)}, trace_db=trace).run(3)
+    WorldEngine(
+        WorldEngineConfig(run_id="m"), {"x": _Mover(routine)}, InMemoryChannel(), trace_db=trace
+    ).run(3)
     trace.close()
     return Run.open(db)
 

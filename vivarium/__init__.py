@@ -1,7 +1,19 @@
 """Vivarium: reproducible multi-agent simulations, from notebooks, scripts and the command line.
 
+The public face, in the order a newcomer meets it:
+
+- ``Experiment`` configures a run (``Experiment(world="channel", agents=5, steps=100, seed=42)``)
+  and ``Experiment.run()`` returns a ``Run``: the trace, read as pandas or polars frames.
+- ``ExperimentConfig`` is the same thing as a pydantic model (loadable from YAML or JSON); the
+  same config and seed give a byte-identical trace.
+- ``WorldEngine`` steps a world with its agents and writes the ``TraceDb``; policies
+  (``AgentPolicy``, ``RandomAgentPolicy``) map an observation to an ``ActionRequest``, and the
+  world answers with an ``ActionResult``.
+- ``stable_agent_seed`` is the seed of one agent's own generators.
+- ``VivariumError`` is the base of every error the user can fix, reported as one line.
+
 ``import vivarium`` stays light: pandas, polars, litellm, langgraph, ray, matplotlib and
-ipywidgets are imported where they are first used.
+ipywidgets are imported where they are first used (the names above load on first access).
 """
 
 from __future__ import annotations

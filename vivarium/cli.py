@@ -52,8 +52,11 @@ def _positive(name: str, minimum: int = 1) -> Callable[[str], int]:
 def _add_run_flags(
     p: argparse.ArgumentParser, *, steps: int | None, agents: int | None, db: bool = True
 ) -> None:
-    """The shared run flags. Every default is None (or the command's own default, for commands
-    without a config file): a flag the user did not give never overrides a config's field."""
+    """Add the flags every running command shares.
+
+    Every default is None (or the command's own default, for commands without a config file):
+    a flag the user did not give never overrides a config's field.
+    """
     p.add_argument("--steps", type=_positive("--steps", 0), default=steps, help="steps to run")
     p.add_argument("--agents", type=_positive("--agents"), default=agents, help="number of agents")
     p.add_argument(
@@ -162,6 +165,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from vivarium.experiment import Experiment
 
     fields = _overrides(args)
+    if args.max_concurrency is not None:
+        fields["max_concurrency"] = args.max_concurrency  # the run's own, over llm's
     if args.mock_llm:
         # The mock answers instead of the file's model; its other LLM settings (temperature,
         # max_tokens, force_tool, ...) stay, but not the model's cassette.
@@ -239,9 +244,12 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
 
 
 def _warn_health(run: Any) -> None:
-    """One stderr line when the run is not a clean result: the warning ``Experiment.run()``
-    gives in a notebook (every LLM call failed, fallbacks, ...), in the same words."""
-    from vivarium.experiment import health_warning
+    """Print one stderr line when the run is not a clean result.
+
+    It is the warning ``Experiment.run()`` gives in a notebook (every LLM call failed,
+    fallbacks, ...), in the same words.
+    """
+    from vivarium.runner import health_warning
 
     text = health_warning(run)
     if text is not None:
@@ -249,7 +257,8 @@ def _warn_health(run: Any) -> None:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from vivarium.experiment import Run, is_complete, resume_run
+    from vivarium.experiment import Run
+    from vivarium.trace.resume import is_complete
 
     done = Run.open(args.db)
     if is_complete(done):
@@ -261,14 +270,17 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         return 0
     llm = _llm_overrides(args)
     start = time.perf_counter()
-    run = resume_run(args.db, progress=False if args.no_progress else None, llm=llm or None)
+    run = done.resume(progress=False if args.no_progress else None, llm=llm or None)
     _summarise(run, time.perf_counter() - start)
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    """Exit 0 when every run is complete, else 1 with one stderr line: the count of failed runs
-    and the first error (the summary on stdout either way)."""
+    """Run a sweep: exit 0 when every run is complete, else 1.
+
+    A failed sweep prints one stderr line (the count of failed runs and the first error); the
+    summary goes to stdout either way.
+    """
     from vivarium.errors import SweepFailed, SweepWarning
     from vivarium.sweep import main_sweep, parse_grid_items
 
@@ -335,6 +347,11 @@ def _interrupted_line(exc: RunInterrupted) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``vvm`` argument parser, with one subcommand per task.
+
+    Returns:
+        A parser whose errors print one line and exit with status 2.
+    """
     parser = _Parser(prog="vvm", description="Vivarium: reproducible multi-agent simulations.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
@@ -372,7 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
         "channel, write_artifact in the ecology); small local models need it",
     )
     llm.add_argument("--no-graph", action="store_true", help="plain policy instead of LangGraph")
-    llm.add_argument("--max-concurrency", type=_positive("--max-concurrency"), default=None)
+    llm.add_argument(
+        "--max-concurrency",
+        type=_positive("--max-concurrency"),
+        default=None,
+        help="decisions in flight at once (default: the engine's)",
+    )
     llm.add_argument("--rate-limit-rpm", type=_positive("--rate-limit-rpm"), default=None)
     llm.add_argument("--rate-limit-tpm", type=_positive("--rate-limit-tpm"), default=None)
     llm.add_argument("--cache", type=Path, default=None, help="record/replay cassette file")
@@ -400,6 +422,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--real-clock", action="store_true", help="autonomous mode on wall-clock time")
     pr.add_argument("--mock-llm", action="store_true", help="LLM agents answer with the mock")
     pr.add_argument(
+        "--max-concurrency",
+        type=_positive("--max-concurrency"),
+        default=None,
+        help="async decisions (LLM agents, async policies) in flight at once; overrides the "
+        "config's",
+    )
+    pr.add_argument(
         "--on-llm-error", choices=["stop", "fallback"], default=None, help=ON_LLM_ERROR_HELP
     )
 
@@ -416,7 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
     rz.add_argument("--transport", choices=["auto", "litellm", "direct"], default=None)
     rz.add_argument("--cache", type=Path, default=None)
     rz.add_argument("--cache-mode", choices=["record", "replay", "auto"], default=None)
-    rz.add_argument("--max-concurrency", type=_positive("--max-concurrency"), default=None)
+    rz.add_argument(
+        "--max-concurrency",
+        type=_positive("--max-concurrency"),
+        default=None,
+        help="decisions in flight at once (default: as recorded)",
+    )
     rz.add_argument("--rate-limit-rpm", type=_positive("--rate-limit-rpm"), default=None)
     rz.add_argument("--rate-limit-tpm", type=_positive("--rate-limit-tpm"), default=None)
     rz.add_argument("--timeout", type=float, default=None, help="seconds per HTTP call")
@@ -483,6 +517,16 @@ def _note_trace_path(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``vvm`` (the console script's entry point).
+
+    Args:
+        argv: The arguments after the program name; None reads ``sys.argv``.
+
+    Returns:
+        The exit status: 0 on success, 1 when a sweep or a check did not pass, 2
+        (``EXIT_USAGE``) for bad input, reported as one line; 3 (``EXIT_INTERRUPTED``) when
+        the LLM server failed past the retries (the run resumes); 130 on Ctrl-C.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

@@ -24,6 +24,8 @@ LLM_TRANSPORT_FIELDS = frozenset(
         "cache",
         "cache_mode",
         "timeout",
+        # The older place of the run's ``max_concurrency`` (the engine's setting, see
+        # ``ExperimentConfig.max_concurrency``): how fast a run goes, never what it records.
         "max_concurrency",
         "rate_limit_rpm",
         "rate_limit_tpm",
@@ -61,7 +63,13 @@ class LLMConfig(BaseModel):
     graph: bool = Field(default=True, description="use the LangGraph policy when installed")
     timeout: float = Field(default=60.0, gt=0)
     num_retries: int = Field(default=2, ge=0, le=20)
-    max_concurrency: int = Field(default=16, ge=1, le=4096)
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="decisions in flight at once: the run's max_concurrency, written here by "
+        "older configs (used when the run's own is not given)",
+    )
     rate_limit_rpm: float | None = Field(default=None, gt=0)
     rate_limit_tpm: float | None = Field(default=None, gt=0)
     cache: str | None = Field(default=None, description="record/replay cassette file")
@@ -77,9 +85,15 @@ class LLMConfig(BaseModel):
 
     @property
     def uses_mock(self) -> bool:
+        """True when the deterministic mock LLM answers (``mock: true`` or ``model: mock``)."""
         return self.mock or self.model == "mock"
 
     def identity(self) -> dict[str, Any]:
+        """The settings that decide what the model answers (``LLM_TRANSPORT_FIELDS`` left out).
+
+        Returns:
+            The dumped settings that go into the recorded config and the run id.
+        """
         return self.model_dump(exclude=set(LLM_TRANSPORT_FIELDS))
 
 
@@ -119,16 +133,6 @@ class AgentGroup(BaseModel):
         description="SHA-256 of the agent folder's files, as recorded with a run (set by Vivarium)",
     )
 
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        from vivarium.build import known_names
-
-        names = known_names("policy")
-        if value not in names:
-            raise ValueError(f"unknown policy '{value}' (known: {', '.join(names)})")
-        return value
-
 
 class ExperimentConfig(BaseModel):
     """Everything that defines a run. Same config and seed -> byte-identical trace."""
@@ -136,6 +140,8 @@ class ExperimentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     name: str = Field(default="experiment", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+    # World and policy names are not checked here: which exist depends on what a notebook has
+    # registered, and validation stays free of it. The run checks them when it is built.
     world: str = "channel"
     policy: str = "random"
     agents: int | list[AgentGroup] = Field(
@@ -154,6 +160,15 @@ class ExperimentConfig(BaseModel):
     seed: int = Field(default=42, ge=0, le=MAX_SEED)
     scheduling: Literal["sequential", "simultaneous"] = "sequential"
     order: Literal["sorted", "shuffle"] = "sorted"
+    # An engine setting (async decisions of one step in flight at once: LLM agents or any
+    # async policy). Like the LLM transport fields it says how fast a run goes, not what it
+    # records, so it is left out of the recorded config and the run id (``identity``): existing
+    # runs keep their ids, and a run replays the same at any concurrency. None: the engine's
+    # default (``DEFAULT_MAX_CONCURRENCY``), or ``llm.max_concurrency`` where an older config
+    # gives it there (this one wins when both are given: see ``decisions_in_flight``).
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=4096, description="async decisions in flight at once"
+    )
     message_history_limit: int = Field(default=20, ge=0)
     action_space: list[str] | None = Field(
         default=None,
@@ -170,16 +185,6 @@ class ExperimentConfig(BaseModel):
     )
     llm: LLMConfig | None = None
 
-    @field_validator("world", "policy")
-    @classmethod
-    def _known(cls, value: str, info: Any) -> str:
-        from vivarium.build import known_names
-
-        names = known_names(info.field_name)
-        if value not in names:
-            raise ValueError(f"unknown {info.field_name} '{value}' (known: {', '.join(names)})")
-        return value
-
     @field_validator("agents")
     @classmethod
     def _agent_count(cls, value: int | list[AgentGroup]) -> int | list[AgentGroup]:
@@ -191,13 +196,31 @@ class ExperimentConfig(BaseModel):
         return value
 
     @property
+    def decisions_in_flight(self) -> int | None:
+        """The run's ``max_concurrency``: its own, else ``llm.max_concurrency``, else None.
+
+        The run's own wins when both are given (it is the override: a flag, a sweep axis, a
+        notebook's keyword). None leaves the engine's default in force.
+        """
+        if self.max_concurrency is not None or self.llm is None:
+            return self.max_concurrency
+        return self.llm.max_concurrency
+
+    @property
     def agent_count(self) -> int:
+        """How many agents the config names (disabled groups included)."""
         return self.agents if isinstance(self.agents, int) else sum(g.count for g in self.agents)
 
     def identity(self) -> dict[str, Any]:
-        """The fields that decide the trace's content (not where it is written or read from)."""
+        """The fields that decide the trace's content (not where it is written or read from).
 
-        data = self.model_dump(exclude={"db", "run_id", "llm", "base_dir"})
+        Returns:
+            The dumped config without ``db``, ``run_id``, ``base_dir`` and
+            ``max_concurrency`` (how fast, not what: see the field), with the LLM's
+            identity only, each agent folder's current digest, and ``enabled: false`` on the
+            groups left out.
+        """
+        data = self.model_dump(exclude={"db", "run_id", "llm", "base_dir", "max_concurrency"})
 
         if self.llm is not None:
             data["llm"] = self.llm.identity()
@@ -230,6 +253,7 @@ class ExperimentConfig(BaseModel):
         return spec_digest(resolve_agent_folder(group.agent, self.base_dir))
 
     def resolved_run_id(self) -> str:
+        """``run_id`` if given, else one derived from the name and the identity's JSON."""
         from vivarium.seeding import canonical_json, derive_run_id
 
         return self.run_id or derive_run_id(self.name, canonical_json(self.identity()))
@@ -248,6 +272,19 @@ def describe_errors(exc: ValidationError, where: str = "config") -> str:
 
 
 def make_config(model: type[BaseModel], data: dict[str, Any], where: str = "config") -> Any:
+    """Validate ``data`` as ``model``, with every bad field in one line.
+
+    Args:
+        model: The config model (``ExperimentConfig``, ``LLMConfig``, ...).
+        data: The fields.
+        where: What the error message starts with (a file, ``config``).
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: A field is missing, unknown or invalid.
+    """
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -283,4 +320,17 @@ def load_config_data(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
+    """Load an experiment config from a YAML or JSON file.
+
+    The world and policy names are not checked here: the run checks them when it is built.
+
+    Args:
+        path: The file.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: The file is missing, unreadable, not a mapping, or an invalid config.
+    """
     return make_config(ExperimentConfig, load_config_data(path), where=str(path))

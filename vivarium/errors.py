@@ -1,22 +1,102 @@
-"""Errors that name what the user should change. Each renders as one line."""
+"""Vivarium's errors and warnings: one hierarchy, each error one line that names what to change.
+
+Every error a user can fix is a ``VivariumError``; its message is one line (line breaks and
+control characters escaped), so the CLI prints it as ``vvm CMD: error: ...`` and a notebook shows
+it whole. The general errors live here; errors that belong to one subsystem's interface live
+with it and are listed below with their module. Two families are outside ``VivariumError`` on
+purpose: an ``ActionError`` is an action the world refused, recorded as the action's outcome,
+never raised to the user; and the warnings are results that are not clean, not errors.
+
+The tree (``module:`` where a class is not defined here)::
+
+    Exception
+    ├── VivariumError                      a problem the user can fix, as one line
+    │   ├── ConfigError (ValueError)       a config, flag or argument is invalid
+    │   │   └── UnsafeExpression           sandbox: text uses a construct not allowed
+    │   │                                  (vivarium.sandbox.limits)
+    │   ├── EvaluationError (ValueError)   sandbox: allowed text failed while running
+    │   │                                  (vivarium.sandbox.limits)
+    │   ├── TransitionError (ValueError)   a state change the workflow does not allow
+    │   │                                  (vivarium.workflow.state_machine)
+    │   ├── MissingDependency (ImportError) an optional package is not installed; names the
+    │   │                                  extra to install (see vivarium.optional)
+    │   ├── TraceError                     a trace file is missing, foreign, newer or damaged
+    │   ├── RunStoppingError               raised inside a decision, stops the run instead of
+    │   │   │                              becoming the agent's recorded fallback
+    │   │   ├── LLMUnavailable             the LLM failed after every retry (also an
+    │   │   │                              LLMCallError; vivarium.gateways.base)
+    │   │   ├── CacheMissError             replay found no recorded reply (also an
+    │   │   │                              LLMCallError; vivarium.gateways.cache)
+    │   │   ├── AgentTimeoutMismatch       a recorded timeout the replay cannot repeat (also
+    │   │   │                              an LLMCallError; vivarium.gateways.cache)
+    │   │   └── ReplayedAgentTimeout       a recorded agent timeout, replayed (also a
+    │   │                                  TimeoutError; vivarium.gateways.cache)
+    │   ├── LLMCallError                   a failed LLM call, with its kind and status
+    │   │   │                              (vivarium.gateways.base)
+    │   │   ├── CassetteError              a cassette cannot be read or written
+    │   │   │                              (vivarium.gateways.cache)
+    │   │   └── AgentTimeoutCall           a call cancelled at the agent timeout, as stored
+    │   │                                  (vivarium.gateways.cache)
+    │   ├── RunInterrupted                 a run stopped by its infrastructure; resumable
+    │   ├── RunAborted                     a decision failed in a way that stops the run
+    │   │                                  (vivarium.engine.deciding)
+    │   ├── EventCapReached                an autonomous run hit its event cap
+    │   │                                  (vivarium.engine.autonomous)
+    │   └── SweepFailed                    every run of a sweep failed
+    ├── ActionError                        an action the world refused; recorded as its
+    │   │                                  outcome (vivarium.worlds.registry)
+    │   └── LedgerError                    a scrip transfer that cannot happen
+    │       │                              (vivarium.worlds.ledger)
+    │       └── InsufficientScrip          the payer has too little scrip
+    ├── WireError                          an HTTP exchange failed; the gateway turns it into
+    │                                      an LLMCallError (vivarium.gateways.openai_http)
+    └── StepFailed                         one attempt of a workflow step failed; never
+                                           leaves the decision (vivarium.workflow.policy)
+    UserWarning
+    ├── RunHealthWarning                   a run finished but is not a clean result
+    ├── TracePathWarning                   a trace went elsewhere than its default path
+    └── SweepWarning                       some runs of a sweep failed
+
+"Fatal" is a type: code that turns an agent's failure into a recorded fallback lets a
+``RunStoppingError`` through (``isinstance``), and the engine stops the run on it.
+"""
 
 from __future__ import annotations
 
 import re
+
+__all__ = [
+    "ConfigError",
+    "MissingDependency",
+    "RunHealthWarning",
+    "RunInterrupted",
+    "RunStoppingError",
+    "SweepFailed",
+    "SweepWarning",
+    "TraceError",
+    "TracePathWarning",
+    "VivariumError",
+    "one_line",
+    "squash",
+]
 
 # Line breaks (``str.splitlines`` splits on all of these) and other control characters.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def one_line(text: str) -> str:
-    """``text`` with line breaks and control characters escaped (``\\n``), so it is one line
-    even when it quotes a user's key, value or file name."""
+    r"""``text`` with line breaks and control characters escaped (``\n``).
+
+    So it is one line even when it quotes a user's key, value or file name.
+    """
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def squash(text: object, limit: int = 300) -> str:
-    """``text`` with runs of whitespace (line breaks too) made one space, cut to ``limit``
-    characters with ``...``: a server's or parser's message fit for a one-line record."""
+    """``text`` with runs of whitespace (line breaks too) made one space, cut to ``limit``.
+
+    A server's or parser's message fit for a one-line record; a cut ends with ``...``.
+    """
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
@@ -25,6 +105,7 @@ class VivariumError(Exception):
     """Base class: a problem the user can fix, reported as one clear line."""
 
     def __str__(self) -> str:
+        """The message, with line breaks and control characters escaped."""
         return one_line(super().__str__())
 
 
@@ -36,15 +117,38 @@ class TraceError(VivariumError):
     """A trace file is missing, foreign, newer than this version, or damaged."""
 
 
-class UnknownNameError(ConfigError):
-    """A world, policy or action name is not registered."""
+class MissingDependency(VivariumError, ImportError):
+    """An optional package is not installed; the message names the extra that installs it.
+
+    Raised by ``vivarium.optional.require``, e.g.
+    ``matplotlib is not installed: pip install "vivarium-lab[notebooks]"``. An ``ImportError``
+    too, so code that falls back when a package is missing keeps working.
+    """
+
+
+class RunStoppingError(VivariumError):
+    """An error raised inside a decision that must stop the run, not become a fallback.
+
+    Policies turn an agent's own failures (an unusable reply, a broken condition) into a
+    recorded fallback action; an error of this type passes through them, and the engine stops
+    the run on it. Examples: a replay with no recorded reply (going on would silently produce a
+    different run than the one replayed) and an LLM outage that outlasted the retries.
+    """
 
 
 class RunInterrupted(VivariumError):
-    """A run stopped before finishing because its infrastructure failed (the LLM server is down,
-    refuses the key, does not know the model, ...). Every step before it is in the trace, the
-    run's status is ``interrupted``, and ``Run.open(path).resume()`` / ``vvm resume PATH``
-    continues it once the cause is fixed. ``step`` is the step that was not committed."""
+    """A run stopped before finishing because its infrastructure failed.
+
+    The LLM server is down, refuses the key, does not know the model, ... Every step before it
+    is in the trace, the run's status is ``interrupted``, and ``Run.open(path).resume()`` /
+    ``vvm resume PATH`` continues it once the cause is fixed.
+
+    Attributes:
+        step: The step that was not committed.
+        reason: Why the run stopped (the message, unless given apart).
+        run_id: The run's id, when known.
+        path: The trace file, when known.
+    """
 
     def __init__(
         self,
@@ -55,6 +159,7 @@ class RunInterrupted(VivariumError):
         run_id: str | None = None,
         path: str | None = None,
     ) -> None:
+        """Record the stop; see the class attributes."""
         super().__init__(message)
         self.step = step
         self.reason = reason if reason is not None else message
@@ -63,25 +168,38 @@ class RunInterrupted(VivariumError):
 
 
 class RunHealthWarning(UserWarning):
-    """A run finished but is not a clean result (see ``Run.health``): every LLM call failed,
-    decisions fell back, or it stopped early. Emitted once by ``Experiment.run()``."""
+    """A run finished but is not a clean result (see ``Run.health``).
+
+    Every LLM call failed, decisions fell back, or it stopped early. Emitted once by
+    ``Experiment.run()``.
+    """
 
 
 class TracePathWarning(UserWarning):
-    """A run's trace went somewhere else than its default path, because the trace there holds
-    another run (another config or seed) that is kept. The message names both files."""
+    """A run's trace went somewhere else than its default path.
+
+    The trace there holds another run (another config or seed) that is kept. The message names
+    both files.
+    """
 
 
 class SweepFailed(VivariumError):
-    """Every run of a sweep failed: nothing in it is a result. The message names the first
-    error; ``sweep`` is the ``Sweep`` (its ``index`` has every run's error) and a re-run of the
-    same sweep retries the failed runs."""
+    """Every run of a sweep failed: nothing in it is a result.
+
+    The message names the first error; a re-run of the same sweep retries the failed runs.
+
+    Attributes:
+        sweep: The ``Sweep`` (its ``index`` has every run's error).
+    """
 
     def __init__(self, message: str, sweep: object = None) -> None:
+        """Record the failure and the sweep it belongs to."""
         super().__init__(message)
         self.sweep = sweep
 
 
 class SweepWarning(UserWarning):
-    """Some runs of a sweep failed: the merged frames hold only the complete runs. The message
-    gives the count and the first error; ``Sweep.failed`` lists them all."""
+    """Some runs of a sweep failed: the merged frames hold only the complete runs.
+
+    The message gives the count and the first error; ``Sweep.failed`` lists them all.
+    """

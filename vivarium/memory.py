@@ -36,17 +36,28 @@ def memory_entry(time_step: int, kind: str, text: str) -> dict[str, Any]:
 class MemoryStore(Protocol):
     """Where a policy keeps memories: add entries, get back the ``k`` most relevant to a query."""
 
-    def add(self, entry: Mapping[str, Any]) -> None: ...
+    def add(self, entry: Mapping[str, Any]) -> None:
+        """Keep ``entry`` (a mapping with ``time_step``, ``kind`` and ``text``)."""
 
-    def search(self, query: str, k: int) -> list[dict[str, Any]]: ...
+    def search(self, query: str, k: int) -> list[dict[str, Any]]:
+        """The (at most) ``k`` stored entries most relevant to ``query``, best first."""
 
 
 class LexicalMemory:
     """BM25 ranking over lowercase word tokens; deterministic, offline, incremental.
 
-    ``limit`` bounds the number of entries (the oldest are dropped). A query with no word tokens
-    returns the ``k`` most recent entries; otherwise only entries sharing a token with the query
-    are returned, best first, ties broken by recency (time step, then insertion) then text.
+    A query with no word tokens returns the ``k`` most recent entries; otherwise only entries
+    sharing a token with the query are returned, best first, ties broken by the later time step,
+    then the text, then the later insertion.
+
+    Args:
+        entries: Entries to start with, oldest first.
+        limit: The most entries kept (the oldest are dropped); None keeps every entry.
+        k1: BM25's term-frequency saturation.
+        b: BM25's length normalisation (0: none, 1: full).
+
+    Raises:
+        ValueError: ``limit`` is negative.
     """
 
     def __init__(
@@ -79,6 +90,7 @@ class LexicalMemory:
         return [dict(e) for e in self._entries]
 
     def add(self, entry: Mapping[str, Any]) -> None:
+        """Index ``entry`` (``kind`` defaults to ``"note"``), dropping the oldest past ``limit``."""
         stored = memory_entry(entry["time_step"], entry.get("kind", "note"), entry["text"])
         terms = Counter(tokenize(stored["text"]))
         self._entries.append(stored)
@@ -103,6 +115,16 @@ class LexicalMemory:
                 del self._doc_freq[term]
 
     def search(self, query: str, k: int) -> list[dict[str, Any]]:
+        """The ``k`` entries that best match ``query`` (copies), best first.
+
+        Args:
+            query: Free text; only its word tokens count.
+            k: How many entries at most.
+
+        Returns:
+            Entries sharing a word with the query, or the ``k`` most recent ones when the query
+            has no word at all; empty when nothing matches.
+        """
         if k <= 0 or not self._entries:
             return []
         words = list(dict.fromkeys(tokenize(query)))  # unique, in query order: a fixed sum order

@@ -56,8 +56,20 @@ ADAPTER_SYSTEM_PROMPT = (
 def observation_to_chat(
     observation: Mapping[str, Any], agent_id: str, system_prompt: str | None = None
 ) -> list[dict[str, str]]:
-    """Chat messages for an observation: the agent's own posts as ``assistant``, everyone
-    else's as ``user`` turns prefixed with the author (``agent_001: hello``)."""
+    """Chat messages for an observation, as a MetaRLGym agent reads them.
+
+    The agent's own posts become ``assistant`` turns, everyone else's ``user`` turns prefixed
+    with the author (``agent_001: hello``). The system prompt names the other actions when the
+    observation offers more than ``post_message``.
+
+    Args:
+        observation: A channel observation (``messages``, ``tools``).
+        agent_id: The agent the chat is for.
+        system_prompt: Replaces ``ADAPTER_SYSTEM_PROMPT``; ``{agent_id}`` is filled in.
+
+    Returns:
+        The chat, system message first.
+    """
     tools = available_tools(observation)
     system = (system_prompt or ADAPTER_SYSTEM_PROMPT).replace("{agent_id}", agent_id)
     others = [t for t in tools if t != "post_message"]
@@ -79,8 +91,19 @@ def observation_to_chat(
 def text_to_action(
     text: str, allowed: Sequence[str], arg_models: Mapping[str, type[BaseModel]] | None = None
 ) -> ParsedAction:
-    """A JSON action in the text if there is a valid one; else the text is posted as is (when
-    ``post_message`` is allowed); else ``noop`` with the reason."""
+    """The action a free-text reply stands for.
+
+    A valid JSON action in the text wins; else the text is posted as is (when ``post_message``
+    is allowed); else the reply becomes ``noop`` with the reason in its metadata.
+
+    Args:
+        text: The agent's reply.
+        allowed: The action names the agent may take.
+        arg_models: Argument schemas to check a JSON action against, by action name.
+
+    Returns:
+        The parsed action; ``metadata["parse_path"]`` says which rule applied.
+    """
     parsed = parse_action(LLMResponse(content=text), allowed, arg_models)
     if parsed.metadata["parse_path"] != "fallback":
         return parsed
@@ -129,14 +152,24 @@ class AgentPolicyAdapter:
         self.system_prompt = system_prompt
 
     def use_world_actions(self, registry: ActionRegistry, world: str) -> None:
-        """Check replies' arguments with the registry of the world the agent acts in (called by
-        the engine when a run is built); a registry given to the constructor is kept."""
+        """Check replies' arguments with the registry of the world the agent acts in.
+
+        Called when a run is built; a registry given to the constructor is kept.
+        """
         if not self._own_registry:
             self.registry = registry
 
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """Ask the wrapped agent for its reply and turn it into an action.
+
+        The agent state comes from ``observation["agent_state"]`` and the new one goes out in
+        the request's ``metadata["agent_state"]``, both as detached JSON copies.
+
+        Raises:
+            TypeError: The agent state is not JSON-serialisable.
+        """
         state = _detached_json(observation.get("agent_state"))
         chat = observation_to_chat(observation, agent_id, self.system_prompt)
         text, new_state = self.agent.get_action(chat, state)
@@ -183,6 +216,7 @@ class PolicyAgent(Agent):
         self.tools = tuple(tools)
 
     def observation(self, messages: list[dict[str, Any]], agent_state: Any) -> dict[str, Any]:
+        """The channel observation the policy sees for a chat (the step is the turns taken)."""
         channel: list[dict[str, Any]] = []
         turns = 0
         for m in messages:
@@ -203,6 +237,7 @@ class PolicyAgent(Agent):
         }
 
     def get_action(self, messages: list[dict[str, Any]], agent_state: Any) -> tuple[str, Any]:
+        """The policy's decision as text, and the agent state it returned (else the same)."""
         observation = self.observation(messages, agent_state)
         request = self.policy.decide(
             run_id=self.run_id,
@@ -337,6 +372,7 @@ def interpret(text: str) -> tuple[str, Any]:
 
 
 def answer(word: str, attributes: Sequence[str]) -> bool:
+    """Whether every attribute (an ``ATTRIBUTES`` id) holds for ``word``."""
     info = WORDS[word]
     return all(ATTRIBUTES[a](info) for a in attributes)
 
@@ -371,6 +407,7 @@ class TwentyQuestionsEnv:
         self.secret = random.Random(derive_seed(self.seed, "twenty_questions")).choice(self.words)
 
     def reset(self, seed: int | None = None) -> list[dict[str, str]]:
+        """Start a game (with a new secret when ``seed`` is given); returns the opening chat."""
         if seed is not None:
             self.seed = seed
             self._choose()
@@ -389,6 +426,19 @@ class TwentyQuestionsEnv:
         return [dict(m) for m in self._messages]
 
     def step(self, action_text: str) -> tuple[list[dict[str, str]], float, bool, dict[str, Any]]:
+        """Play one turn: a question is answered, a guess ends the game.
+
+        Args:
+            action_text: The agent's turn, read by ``interpret``.
+
+        Returns:
+            ``(messages, reward, done, info)``: the whole chat so far, this turn's reward,
+            whether the game is over, and ``turn``/``kind``/``won`` (plus ``answer``, and
+            ``secret`` once done).
+
+        Raises:
+            RuntimeError: The game is over; call ``reset()`` first.
+        """
         if self.done:
             raise RuntimeError("the episode is over: call reset() first")
         self.turns += 1
@@ -423,6 +473,8 @@ class TwentyQuestionsEnv:
 
 
 class EpisodeResult(BaseModel):
+    """One game's outcome: total reward, turns taken, whether it was won, and the chat."""
+
     model_config = ConfigDict(extra="forbid")
 
     reward: float
@@ -465,6 +517,7 @@ class BisectingAgent(Agent):
         self.words = tuple(words) if words is not None else DEFAULT_WORDS
 
     def get_action(self, messages: list[dict[str, Any]], agent_state: Any) -> tuple[str, Any]:
+        """Drop the candidates the last answer ruled out; ask the next question or guess."""
         state = agent_state or {"candidates": list(self.words), "asked": None}
         candidates = [w for w in state["candidates"] if w in WORDS]
         asked = state.get("asked")

@@ -2,31 +2,163 @@
 
 Nothing here may depend on ``hash()``, the wall clock or process state: the same inputs give the
 same outputs on every machine and in every process.
+
+The seeds of one agent of a run:
+
+- ``stable_agent_seed(seed, agent_id)``: the agent's own generators (random and Boltzmann agents).
+- ``llm_agent_seed(seed, agent_id)``: the provider seed an LLM agent built from a config runs on
+  (cognitive agents send it with every request; it is what the trace records for LLM agents).
+- ``workflow_request_seed(llm_seed, agent_id)``: the provider seed a workflow agent sends,
+  derived from its seed once more (kept so that recorded traces and cassettes replay).
+- ``shared_policy_seed(master_seed, agent_id)``: the provider seed of one agent of a cognitive
+  policy object shared by several agents and given a master seed.
+
+``AgentSeeds`` bundles them for one planned agent; the build plan carries one per agent, and
+policies receive their seeds from it instead of deriving them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 from typing import Any
 
 UINT64_MASK = (1 << 64) - 1
+# Providers take 32-bit (llama.cpp) or signed 64-bit seeds: the seeds sent to them keep 31 bits.
+PROVIDER_SEED_MASK = 0x7FFFFFFF
 
 
 def stable_agent_seed(master_seed: int, agent_id: str) -> int:
-    """Seed for one agent: first 8 bytes of SHA-256 of ``f"{master_seed}:{agent_id}"``, big-endian."""
+    """The seed of one agent's own generators.
+
+    Args:
+        master_seed: The run's seed.
+        agent_id: The agent's id.
+
+    Returns:
+        The first 8 bytes of SHA-256 of ``f"{master_seed}:{agent_id}"``, big-endian (64 bits).
+    """
     digest = hashlib.sha256(f"{master_seed}:{agent_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=False)
 
 
 def derive_seed(master_seed: int, *parts: object) -> int:
-    """A 64-bit seed for any named purpose (a shuffle, a sweep run), derived like agent seeds."""
+    """A 64-bit seed for any named purpose (a shuffle, a sweep run), derived like agent seeds.
+
+    Args:
+        master_seed: The seed it derives from.
+        *parts: What the seed is for; joined to the master seed with ``:`` and hashed.
+
+    Returns:
+        The first 8 bytes of SHA-256 of the joined label, big-endian.
+    """
     label = ":".join(str(p) for p in (master_seed, *parts))
     return int.from_bytes(hashlib.sha256(label.encode()).digest()[:8], "big", signed=False)
 
 
+def provider_seed(seed: int) -> int:
+    """``seed`` cut to the 31 bits every LLM provider accepts."""
+    return seed & PROVIDER_SEED_MASK
+
+
+def llm_agent_seed(master_seed: int, agent_id: str) -> int:
+    """The provider seed an LLM agent of a run runs on (recorded in the trace's agents table).
+
+    Args:
+        master_seed: The run's seed.
+        agent_id: The agent's id.
+
+    Returns:
+        ``derive_seed(master_seed, "llm", agent_id)`` cut to 31 bits.
+    """
+    return provider_seed(derive_seed(master_seed, "llm", agent_id))
+
+
+def workflow_request_seed(seed: int, agent_id: str) -> int:
+    """The provider seed a workflow agent sends with its requests.
+
+    Args:
+        seed: The workflow agent's seed (``llm_agent_seed`` for an agent built from a config).
+        agent_id: The agent's id.
+
+    Returns:
+        ``derive_seed(seed, "workflow", agent_id)`` cut to 31 bits.
+    """
+    return provider_seed(derive_seed(seed, "workflow", agent_id))
+
+
+def shared_policy_seed(master_seed: int, agent_id: str) -> int:
+    """The provider seed of one agent of an LLM policy shared by several agents.
+
+    Args:
+        master_seed: The seed the shared policy was given.
+        agent_id: The agent whose request is made.
+
+    Returns:
+        ``derive_seed(master_seed, agent_id)`` cut to 31 bits.
+    """
+    return provider_seed(derive_seed(master_seed, agent_id))
+
+
+class AgentSeeds:
+    """The seeds one agent of a run runs on, each derived on first use, then kept.
+
+    Deriving on first use keeps a run of a million random agents from hashing LLM seeds it
+    never needs. (A plain slotted class: a frozen dataclass or ``functools.cached_property``
+    would cost more than the hashing, once per agent.)
+
+    Attributes:
+        master_seed: The run's seed.
+        agent_id: The agent's id.
+    """
+
+    __slots__ = ("_agent", "_llm", "_workflow", "agent_id", "master_seed")
+
+    def __init__(self, master_seed: int, agent_id: str) -> None:
+        """Seeds of ``agent_id`` in a run of seed ``master_seed`` (none derived yet)."""
+        self.master_seed = master_seed
+        self.agent_id = agent_id
+        self._agent: int | None = None
+        self._llm: int | None = None
+        self._workflow: int | None = None
+
+    def __repr__(self) -> str:
+        """What the seeds derive from (the seeds themselves are derived on use)."""
+        return f"AgentSeeds(master_seed={self.master_seed!r}, agent_id={self.agent_id!r})"
+
+    @property
+    def agent(self) -> int:
+        """The seed of the agent's own generators (``stable_agent_seed``)."""
+        if self._agent is None:
+            self._agent = stable_agent_seed(self.master_seed, self.agent_id)
+        return self._agent
+
+    @property
+    def llm(self) -> int:
+        """The provider seed of an LLM agent (``llm_agent_seed``)."""
+        if self._llm is None:
+            self._llm = llm_agent_seed(self.master_seed, self.agent_id)
+        return self._llm
+
+    @property
+    def workflow_request(self) -> int:
+        """The provider seed a workflow agent sends (``workflow_request_seed`` of ``llm``)."""
+        if self._workflow is None:
+            self._workflow = workflow_request_seed(self.llm, self.agent_id)
+        return self._workflow
+
+
 def agent_ids(count: int, width: int | None = None) -> list[str]:
-    """Agent ids ``agent_000, agent_001, ...``: zero-padded to at least 3 digits, so they sort."""
+    """Agent ids ``agent_000, agent_001, ...``: zero-padded to at least 3 digits, so they sort.
+
+    Args:
+        count: How many ids.
+        width: Digits to pad to (default: enough for ``count``, at least 3).
+
+    Returns:
+        The ids, in sorted order.
+    """
     width = max(3, len(str(max(count - 1, 0)))) if width is None else width
     return [f"agent_{i:0{width}d}" for i in range(count)]
 
@@ -43,5 +175,46 @@ def digest(text: str | bytes) -> str:
 
 
 def derive_run_id(name: str, config_json: str) -> str:
-    """A run id that names the experiment and is fixed by its config: ``name-<12 hex>``."""
+    """A run id that names the experiment and is fixed by its config: ``name-<12 hex>``.
+
+    Args:
+        name: The experiment's name.
+        config_json: The canonical JSON of the config's identity.
+
+    Returns:
+        ``name`` and the first 12 hex digits of the JSON's SHA-256.
+    """
     return f"{name}-{digest(config_json)[:12]}"
+
+
+class CountingRandom(random.Random):
+    """``random.Random`` that counts the 32-bit words it draws (same stream, same results).
+
+    ``skip(n)`` moves a fresh generator forward by n words in one C call, which is how a
+    checkpointed agent is restored.
+    """
+
+    def __init__(self, seed: int) -> None:
+        """``random.Random(seed)``, counting from 0."""
+        self.words = 0
+        super().__init__(seed)
+
+    def seed(self, a: Any = None, version: int = 2) -> None:
+        """Reseed, and count from 0 again."""
+        super().seed(a, version)
+        self.words = 0
+
+    def getrandbits(self, k: int) -> int:
+        """``random.Random.getrandbits``, counting the words it draws."""
+        self.words += (k + 31) // 32
+        return super().getrandbits(k)
+
+    def random(self) -> float:
+        """``random.Random.random``, counting its two words."""
+        self.words += 2  # genrand_res53 draws two words
+        return super().random()
+
+    def skip(self, words: int) -> None:
+        """Move forward by ``words`` words, as if they had been drawn."""
+        if words > 0:
+            self.getrandbits(32 * words)

@@ -47,10 +47,12 @@ class ActionResult(_Model):
 
     @classmethod
     def ok(cls, result: dict[str, Any] | None = None) -> ActionResult:
+        """A successful outcome, with an optional result payload."""
         return cls.trusted(success=True, result=result, error=None)  # type: ignore[no-any-return]
 
     @classmethod
     def failed(cls, reason: str) -> ActionResult:
+        """A failed outcome and its reason (recorded: a failed action is behaviour, not an error)."""
         return cls.trusted(success=False, result=None, error=reason)  # type: ignore[no-any-return]
 
 

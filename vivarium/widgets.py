@@ -27,13 +27,15 @@ from __future__ import annotations
 import base64
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from vivarium.config import ExperimentConfig, make_config
 from vivarium.errors import VivariumError
-
-if TYPE_CHECKING:
-    from vivarium.experiment import Experiment, Run
+from vivarium.optional import require
+from vivarium.runner import run_experiment
+from vivarium.trace.run import TraceRun
 
 LLM_POLICIES = {"cognitive", "workflow"}
 # Policies whose agents need an agent folder: offered only through a config's agent groups.
@@ -55,25 +57,60 @@ def _figure_output(fig: Any) -> dict[str, Any]:
     }
 
 
+class ConfigSource(Protocol):
+    """What the panel needs of an experiment: the config its form starts from."""
+
+    @property
+    def config(self) -> ExperimentConfig:
+        """The experiment's config."""
+        ...
+
+
 class ControlPanel:
-    """An ipywidgets panel around an Experiment. ``panel.widget`` is what a notebook shows."""
+    """An ipywidgets panel around an experiment config. ``panel.widget`` is what a notebook shows.
+
+    Attributes:
+        base_config: The config the form starts from; the form's values replace its fields.
+        folder: Where the panel's runs write their traces (``<folder>/<name>.sqlite``, or the
+            run's own file when that one holds another run).
+        run_result: The last run made (None before the first).
+        runs: Every run made from this panel, in order (each its own file).
+        widget: What a notebook shows.
+    """
 
     def __init__(
-        self, experiment: Experiment | None = None, *, folder: str | Path = "runs"
+        self,
+        experiment: ConfigSource | ExperimentConfig | None = None,
+        *,
+        folder: str | Path = "runs",
+        open_run: Callable[[Path], TraceRun] = TraceRun.open,
     ) -> None:
-        import ipywidgets as w
+        """Build the form from an experiment's config.
+
+        Args:
+            experiment: An ``Experiment`` (anything with a ``config``), a config, or None for
+                the default config.
+            folder: Where the panel's runs go.
+            open_run: Reads each finished trace into the run the panel returns
+                (``Experiment.controls`` passes ``Run.open``, so its runs are ``Run``s).
+        """
+        w = require("ipywidgets")
 
         from vivarium.build import known_names
-        from vivarium.experiment import Experiment
 
-        self.experiment = experiment or Experiment()
+        if experiment is None:
+            experiment = make_config(ExperimentConfig, {})
+        if not isinstance(experiment, ExperimentConfig):
+            experiment = experiment.config
+        self.base_config: ExperimentConfig = experiment
         self.folder = Path(folder)
-        self.run_result: Run | None = None
-        self.runs: list[Run] = []  # every run made from this panel, in order (each its own file)
+        self._open_run = open_run
+        self.run_result: TraceRun | None = None
+        self.runs: list[TraceRun] = []
         self.last_figure: Any = None
         self._summary_html = ""
         self._running = False
-        c = self.experiment.config
+        c = self.base_config
         llm = c.llm
         groups = c.agents if isinstance(c.agents, list) else []
         self._folder_groups = [g for g in groups if g.agent]
@@ -180,8 +217,10 @@ class ControlPanel:
 
     # -- what the form says -----------------------------------------------------------------
     def _uses_llm(self) -> bool:
-        """Whether any agent of the form calls a model (the last group of other agents has the
-        form's policy; every other group keeps its own)."""
+        """Whether any agent of the form calls a model.
+
+        The last group of other agents has the form's policy; every other group keeps its own.
+        """
         fixed = self._folder_groups + self._other_groups[:-1]
         policies = {self.policy.value} | {g.policy for g in fixed}
         return bool(policies & LLM_POLICIES)
@@ -205,8 +244,10 @@ class ControlPanel:
         return "set (hidden); type to replace" if self._api_key else "none: from the environment"
 
     def _take_key(self, change: dict[str, Any]) -> None:
-        """Keep a typed key out of the widget: the panel holds it as a secret, the field empties
-        (so neither the page nor the notebook's saved widget state keeps it)."""
+        """Keep a typed key out of the widget: the panel holds it as a secret.
+
+        The field empties, so neither the page nor the notebook's saved widget state keeps it.
+        """
         from pydantic import SecretStr
 
         value = change.get("new") or ""
@@ -227,10 +268,13 @@ class ControlPanel:
         )
 
     def _agents(self, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The config's agent groups (dumped), in their order, with the agent folders kept and
-        the last group of other agents made up to the total in the form and given the form's
-        policy; refused in one line when the total cannot be made. Unchanged settings give
-        the config's own groups, so the panel makes the same run as the config file."""
+        """The config's agent groups (dumped), in their order, as the form sets them.
+
+        The agent folders are kept, and the last group of other agents is made up to the total
+        in the form and given the form's policy; refused in one line when the total cannot be
+        made. Unchanged settings give the config's own groups, so the panel makes the same run
+        as the config file.
+        """
         from vivarium.errors import ConfigError
 
         want = self.agents.value
@@ -259,11 +303,16 @@ class ControlPanel:
                 del out[last]
         return out
 
-    def config(self) -> Any:
-        """The experiment config the form describes (raises ConfigError on a bad value)."""
-        from vivarium.config import ExperimentConfig, make_config
+    def config(self) -> ExperimentConfig:
+        """The experiment config the form describes.
 
-        data = self.experiment.config.model_dump()
+        Returns:
+            The base config with the form's values.
+
+        Raises:
+            ConfigError: A value of the form is bad (one line naming it).
+        """
+        data = self.base_config.model_dump()
         data.update(
             world=self.world.value,
             steps=self.steps.value,
@@ -292,10 +341,12 @@ class ControlPanel:
         return make_config(ExperimentConfig, data, where="panel")
 
     # -- running ------------------------------------------------------------------------------
-    def run(self) -> Run | None:
-        """What the Run button does. Returns the Run, or None when the panel shows an error."""
-        from vivarium.experiment import Experiment
+    def run(self) -> TraceRun | None:
+        """What the Run button does: run the form's config into a new trace and show it.
 
+        Returns:
+            The run, or None when the panel shows an error instead.
+        """
         self.run_button.disabled = True
         self._running = True
         self.status.value = "running..."
@@ -317,7 +368,7 @@ class ControlPanel:
                 if (step + 1) % every == 0 or step + 1 == config.steps:
                     self._show_live(counts)
 
-            run, moved = self._run(Experiment(config), on_step)
+            run, moved = self._run(config, on_step)
             self.run_result = run
             self.runs.append(run)
             self._show_final(run)
@@ -332,17 +383,22 @@ class ControlPanel:
             self.run_button.disabled = False
         return None
 
-    def _run(self, experiment: Experiment, on_step: Any) -> tuple[Run, str | None]:
-        """Run into the experiment's default trace path under the panel's folder, which never
-        replaces another run's trace. Returns the run and, when its default file held another
-        run, the warning that says where this one went instead (shown in the panel)."""
+    def _run(self, config: ExperimentConfig, on_step: Any) -> tuple[TraceRun, str | None]:
+        """Run ``config`` into its default trace path under the panel's folder.
+
+        That path never replaces another run's trace. Returns the run and, when its default
+        file held another run, the warning that says where this one went instead (shown in
+        the panel).
+        """
         import warnings
 
         from vivarium.errors import RunHealthWarning, TracePathWarning
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            run = experiment.run(folder=self.folder, progress=False, on_step=on_step)
+            run = run_experiment(
+                config, folder=self.folder, progress=False, on_step=on_step, open_run=self._open_run
+            )
         moved = None
         for item in caught:
             if issubclass(item.category, TracePathWarning):
@@ -353,9 +409,11 @@ class ControlPanel:
                 )
         return run, moved
 
-    def _show_done(self, run: Run, moved: str | None) -> None:
-        """One status line: decisions and where the trace is; in red with the run's health
-        problems when it is not a clean result."""
+    def _show_done(self, run: TraceRun, moved: str | None) -> None:
+        """One status line: decisions and where the trace is.
+
+        In red, with the run's health problems, when it is not a clean result.
+        """
         from html import escape
 
         where = escape(str(run.path))
@@ -400,7 +458,7 @@ class ControlPanel:
         ).with_columns(pl.lit("live").alias("run_id"), pl.lit(True).alias("success"))
         self._set_figure(action_mix(actions))
 
-    def _show_final(self, run: Run) -> None:
+    def _show_final(self, run: TraceRun) -> None:
         from vivarium.analysis import summary
         from vivarium.analysis.plots import behaviour_timeline
 
@@ -410,7 +468,7 @@ class ControlPanel:
         self.summary.value = self._summary_html
 
     def _set_figure(self, fig: Any) -> None:
-        import matplotlib.pyplot as plt
+        plt = require("matplotlib.pyplot")
 
         self.last_figure = fig
         self.figure.outputs = (_figure_output(fig),)
@@ -436,8 +494,11 @@ def _world_actions(world: str) -> tuple[str, ...] | None:
 
 
 def _check_action_space(space: list[str] | None, world: str) -> None:
-    """An action space written for one world, run in another, would fail every draw of the
-    missing actions: refuse it in one line (switching the world keeps the config's space)."""
+    """Refuse, in one line, an action space with actions the world does not have.
+
+    Run in another world, it would fail every draw of the missing actions (switching the world
+    keeps the config's space).
+    """
     from vivarium.errors import ConfigError
 
     known = _world_actions(world)
@@ -460,6 +521,16 @@ def _action_counts(record: Any) -> dict[str, int]:
     return out
 
 
-def controls(experiment: Experiment | None = None, **kwargs: Any) -> ControlPanel:
-    """A control panel for ``experiment`` (display it, or use ``.widget``)."""
+def controls(
+    experiment: ConfigSource | ExperimentConfig | None = None, **kwargs: Any
+) -> ControlPanel:
+    """A control panel for ``experiment`` (display it, or use ``.widget``).
+
+    Args:
+        experiment: An ``Experiment``, a config, or None for the default config.
+        **kwargs: Passed to ``ControlPanel``.
+
+    Returns:
+        The panel.
+    """
     return ControlPanel(experiment, **kwargs)

@@ -24,6 +24,7 @@ from vivarium.gateways import (
     LLMCallError,
     LLMRequest,
     MockLLMGateway,
+    RetryGateway,
     collect_calls,
 )
 
@@ -43,7 +44,7 @@ def test_record_then_replay_offline_is_identical(tmp_path: Path) -> None:
     prompts = ["first", "second", "third"]
     recorded = []
     with FakeOpenAIServer(faults=["500"]) as server:  # the first call fails once
-        inner = LiteLLMGateway(api_base=server.base_url, api_key=KEY, retry_backoff=0.01)
+        inner = RetryGateway(LiteLLMGateway(api_base=server.base_url, api_key=KEY), backoff=0.01)
         gw = CachingGateway(inner, path, mode="record")
         for text in prompts:
             with collect_calls() as records:
@@ -167,7 +168,8 @@ def test_an_outage_is_tried_again_in_auto_mode_when_the_run_stops_on_outages(
 
     path = tmp_path / "c.sqlite"
     with FakeOpenAIServer(faults=["503", "503"]) as server:
-        gw = CachingGateway(LiteLLMGateway(api_base=server.base_url, num_retries=0), path, "auto")
+        provider = RetryGateway(LiteLLMGateway(api_base=server.base_url), retries=0)
+        gw = CachingGateway(provider, path, "auto")
         token = set_on_llm_error("fallback")
         try:
             for _ in range(2):  # stored, then replayed: the server sees one request

@@ -12,7 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.fake_openai import FakeOpenAIServer
-from vivarium.gateways import LiteLLMGateway, LLMCallError, LLMRequest, LLMResponse, collect_calls
+from vivarium.gateways import (
+    LiteLLMGateway,
+    LLMCallError,
+    LLMRequest,
+    LLMResponse,
+    RetryGateway,
+    collect_calls,
+)
 from vivarium.gateways.litellm_gateway import parse_arguments, scrub
 
 from .helpers import TOOLS, VOTE, force, messages
@@ -27,12 +34,20 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def gateway(server: FakeOpenAIServer, transport: str, **kwargs) -> LiteLLMGateway:
-    options = {"api_key": KEY, "timeout": 5.0, "retry_backoff": 0.01, "max_backoff": 0.05}
-    return LiteLLMGateway(api_base=server.base_url, transport=transport, **{**options, **kwargs})
+def gateway(
+    server: FakeOpenAIServer, transport: str, *, retries: int = 2, sleep=None, **kwargs
+) -> RetryGateway:
+    """The provider under the retry layer, as a run's stack has it (short backoffs)."""
+    options = {"api_key": KEY, "timeout": 5.0}
+    provider = LiteLLMGateway(
+        api_base=server.base_url, transport=transport, **{**options, **kwargs}
+    )
+    return RetryGateway(provider, retries=retries, backoff=0.01, max_backoff=0.05, sleep=sleep)
 
 
-def chat(gw: LiteLLMGateway, text: str = "hello", **kwargs) -> tuple[LLMResponse, list]:
+def chat(
+    gw: RetryGateway | LiteLLMGateway, text: str = "hello", **kwargs
+) -> tuple[LLMResponse, list]:
     with collect_calls() as records:
         reply = gw.chat(model=MODEL, messages=messages(text), tools=TOOLS, **kwargs)
     return reply, records
@@ -115,7 +130,7 @@ def test_async_retry_after_is_honoured(transport: str) -> None:
 
 def test_gives_up_after_num_retries(transport: str) -> None:
     with FakeOpenAIServer(faults=["503"], cycle=True) as server:
-        gw = gateway(server, transport, num_retries=2)
+        gw = gateway(server, transport, retries=2)
         with collect_calls() as records, pytest.raises(LLMCallError) as info:
             gw.chat(model=MODEL, messages=messages())
     error = info.value
@@ -136,7 +151,7 @@ def test_client_errors_are_not_retried(fault: str, kind: str, transport: str) ->
         collect_calls() as records,
         pytest.raises(LLMCallError) as info,
     ):
-        gateway(server, transport, num_retries=3).chat(model=MODEL, messages=messages())
+        gateway(server, transport, retries=3).chat(model=MODEL, messages=messages())
     assert server.request_count == 1
     assert info.value.retryable is False and info.value.kind == kind
     assert "after 1 attempt)" in str(info.value)
@@ -160,9 +175,7 @@ def test_timeout_every_time_gives_a_timeout_error(transport: str) -> None:
         FakeOpenAIServer(faults=["timeout"], cycle=True, timeout_s=3.0) as server,
         pytest.raises(LLMCallError) as info,
     ):
-        gateway(server, transport, timeout=0.2, num_retries=1).chat(
-            model=MODEL, messages=messages()
-        )
+        gateway(server, transport, timeout=0.2, retries=1).chat(model=MODEL, messages=messages())
     assert info.value.kind == "timeout" and info.value.retryable
     assert server.request_count == 2
 
@@ -224,7 +237,7 @@ def test_api_key_never_leaks(monkeypatch: pytest.MonkeyPatch, transport: str) ->
     monkeypatch.setenv("OPENAI_API_KEY", env_key)
     # the 401 reply echoes the Authorization header it rejected
     with FakeOpenAIServer(faults=["401", "500", "500", "500"]) as server:
-        gw = gateway(server, transport, num_retries=2)
+        gw = gateway(server, transport, retries=2)
         with collect_calls() as records, pytest.raises(LLMCallError) as auth:
             gw.chat(model=MODEL, messages=messages())
         with collect_calls() as more, pytest.raises(LLMCallError) as server_error:
@@ -252,7 +265,20 @@ def test_api_key_never_leaks(monkeypatch: pytest.MonkeyPatch, transport: str) ->
     # pickling keeps a working key for worker processes, and still hides it
     clone = pickle.loads(pickle.dumps(gw))
     request = LLMRequest(model=MODEL, messages=messages())
-    assert KEY not in repr(clone) and clone._kwargs(request)["api_key"] == KEY
+    assert KEY not in repr(clone) and clone.inner._kwargs(request)["api_key"] == KEY
+
+
+def test_the_provider_alone_never_retries(transport: str) -> None:
+    """Retries are the retry layer's alone: a provider call that fails once raises at once."""
+    with FakeOpenAIServer(faults=["500"]) as server:
+        provider = LiteLLMGateway(api_base=server.base_url, api_key=KEY, transport=transport)
+        with collect_calls() as records, pytest.raises(LLMCallError) as info:
+            provider.chat(model=MODEL, messages=messages())
+        assert server.request_count == 1
+        assert provider.chat(model=MODEL, messages=messages()).content  # the server was fine
+    assert info.value.retryable is True and info.value.kind == "server_error"
+    assert "attempt" not in str(info.value)  # no retry layer: nothing says how many tries
+    assert [r.attempt for r in records] == [1] and records[0].error
 
 
 def test_local_server_gets_a_placeholder_key(server: FakeOpenAIServer, transport: str) -> None:

@@ -257,7 +257,7 @@ def test_a_server_restart_between_calls_costs_no_failed_attempt(blocking: bool) 
 
     first = FakeOpenAIServer().start()
     port = first.port
-    gw = LiteLLMGateway(api_base=first.base_url, transport="direct", num_retries=0)
+    gw = LiteLLMGateway(api_base=first.base_url, transport="direct")  # one attempt, no retry
     assert call(gw, "before").content
     first.stop()  # the pooled connection is now dead
     with FakeOpenAIServer(port=port) as second, collect_calls() as records:

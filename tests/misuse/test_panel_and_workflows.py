@@ -53,9 +53,13 @@ def test_negative_steps_in_the_panel_and_the_engine(tmp_path: Path) -> None:
     db = tmp_path / "engine.sqlite"
     trace = TraceDb(db)
     from vivarium.policies.random import RandomAgentPolicy
+    from vivarium.worlds import InMemoryChannel
 
     engine = WorldEngine(
-        WorldEngineConfig(run_id="neg"), {"a": RandomAgentPolicy.from_seed(1)}, trace_db=trace
+        WorldEngineConfig(run_id="neg"),
+        {"a": RandomAgentPolicy.from_seed(1)},
+        InMemoryChannel(),
+        trace_db=trace,
     )
     with pytest.raises(ConfigError, match=r"^steps: -5 is not a number of steps"):
         engine.run(-5)

@@ -273,13 +273,13 @@ def test_a_policy_registered_in_a_notebook_gives_the_same_trace_in_run_and_sweep
 def test_a_sweep_whose_policy_cannot_be_sent_to_workers_says_so(tmp_path: Path) -> None:
     import threading
 
-    from vivarium.build import POLICIES, register_policy
+    from vivarium.build import POLICIES, policy_factory, register_policy
 
     lock = threading.Lock()  # something a factory holds that no process can receive
 
     def factory(config, agent, shared):  # type: ignore[no-untyped-def]
         with lock:
-            return POLICIES["random"](config, agent, shared)
+            return policy_factory("random")(config, agent, shared)
 
     factory.__module__ = "__main__"  # as if defined in a notebook cell
     register_policy("locked", factory)

@@ -416,7 +416,9 @@ def test_a_shared_policy_records_each_agents_derived_seed(tmp_path: Any) -> None
 
     policy = SimpleCognitivePolicy(MockLLMGateway(seed=1), {"model": "mock"}, master_seed=3)
     trace = TraceDb(tmp_path / "shared.sqlite")
-    engine = WorldEngine(WorldEngineConfig(run_id="s"), {"x": policy, "y": policy}, trace_db=trace)
+    engine = WorldEngine(
+        WorldEngineConfig(run_id="s"), {"x": policy, "y": policy}, InMemoryChannel(), trace_db=trace
+    )
     engine.run(1)
     trace.close()
     agents = Run.open(tmp_path / "shared.sqlite").agents

@@ -11,6 +11,7 @@ cassette path, cache mode), which differs between a recording and a replay, as i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import sqlite3
@@ -22,6 +23,7 @@ import pytest
 from tests.reliability.helpers import TRACE_TABLES, rows
 from tests.support.fake_openai import FakeOpenAIServer
 from vivarium import Experiment, Run
+from vivarium.build import gateway_settings
 from vivarium.config import LLMConfig
 from vivarium.errors import VivariumError
 from vivarium.gateways.cache import CachingGateway
@@ -75,9 +77,11 @@ def _experiment(llm: dict[str, Any], graph: bool = False) -> Experiment:
 def _record(db: Path, cassette: Path) -> None:
     with FakeOpenAIServer(faults=SCHEDULE, cycle=True, timeout_s=1.0) as server:
         exp = _experiment(_llm(server.base_url, cassette, "record"))
-        gateway = build_gateway(exp.config.llm, exp.config.seed)
+        quick = dataclasses.replace(
+            gateway_settings(exp.config.llm), backoff=0.002, max_backoff=0.01
+        )
+        gateway = build_gateway(quick, exp.config.seed)
         assert isinstance(gateway, CachingGateway)
-        gateway.inner.retry_backoff, gateway.inner.max_backoff = 0.002, 0.01  # a quick test
         trace = TraceDb(db)
         try:
             exp.build(trace, {"gateway": gateway}).run(STEPS)
@@ -157,11 +161,12 @@ def test_replaying_a_failed_call_raises_the_recorded_error_and_its_attempts(
     """The unit under the run test: one call that ran out of retries, recorded and replayed."""
     from vivarium.gateways.base import LLMCallError, collect_calls
     from vivarium.gateways.litellm_gateway import LiteLLMGateway
+    from vivarium.gateways.retry import RetryGateway
 
     path = tmp_path / "c.cassette"
     request = {"model": "openai/fake", "messages": [{"role": "user", "content": "hi"}]}
     with FakeOpenAIServer(faults=["503", "503"]) as server:
-        provider = LiteLLMGateway(api_base=server.base_url, num_retries=1, retry_backoff=0.001)
+        provider = RetryGateway(LiteLLMGateway(api_base=server.base_url), retries=1, backoff=0.001)
         gateway = CachingGateway(provider, path, "record")
         with collect_calls() as recorded, pytest.raises(LLMCallError) as first:
             gateway.chat(**request)

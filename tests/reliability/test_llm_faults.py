@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -14,9 +15,11 @@ import pytest
 
 from tests.reliability.helpers import TimedServer
 from vivarium import Experiment, Run
+from vivarium.build import gateway_settings
 from vivarium.gateways.litellm_gateway import LiteLLMGateway
-from vivarium.gateways.ratelimit import RateLimiter, Ticket
-from vivarium.gateways.stack import build_gateway
+from vivarium.gateways.ratelimit import RateLimitedGateway, RateLimiter, Ticket
+from vivarium.gateways.retry import RetryGateway
+from vivarium.gateways.stack import build_gateway, layers
 from vivarium.seeding import canonical_json
 from vivarium.trace.db import TraceDb
 from vivarium.trace.validate import validate_trace
@@ -54,6 +57,16 @@ RETRY_AFTER = 0.05  # seconds the 429 replies ask for
 # The limiter runs on a clock 240x faster than real time: its minute lasts 0.25 s.
 SPEEDUP, RPM = 240.0, 8
 WINDOW = 60.0 / SPEEDUP
+
+
+def quick_stack(llm, seed: int, max_backoff: float):  # noqa: ANN001, ANN201
+    """The stack the config builds (retry over the rate limit over the provider), with short
+    backoffs; the limiter is then put on a fast clock."""
+    settings = dataclasses.replace(gateway_settings(llm), backoff=0.005, max_backoff=max_backoff)
+    gateway = build_gateway(settings, seed)
+    kinds = [type(layer) for layer in layers(gateway)]
+    assert kinds == [RetryGateway, RateLimitedGateway, LiteLLMGateway], kinds
+    return gateway
 
 
 def fast_counting(limiter: RateLimiter) -> list[float]:
@@ -113,10 +126,8 @@ def test_a_200_step_run_survives_every_fault_and_records_each(
             },
         )
         # The stack the config builds, with short backoffs and the limiter on a fast clock.
-        gateway = build_gateway(exp.config.llm, exp.config.seed)
-        assert isinstance(gateway, LiteLLMGateway) and gateway.limiter is not None
-        gateway.retry_backoff, gateway.max_backoff = 0.005, 0.02
-        limiter = gateway.limiter
+        gateway = quick_stack(exp.config.llm, exp.config.seed, max_backoff=0.02)
+        limiter = layers(gateway)[1].limiter
         admitted = fast_counting(limiter)
         trace = TraceDb(db)
         try:
@@ -195,10 +206,10 @@ def test_blocking_calls_take_the_limiter_for_every_attempt_too(transport: str) -
             "num_retries": 3,
             "rate_limit_rpm": 2,
         }
-        gateway = build_gateway(Experiment(policy="cognitive", llm=llm).config.llm, 0)
-        gateway.retry_backoff, gateway.max_backoff = 0.005, 0.01
-        admitted = fast_counting(gateway.limiter)
+        gateway = quick_stack(Experiment(policy="cognitive", llm=llm).config.llm, 0, 0.01)
+        limiter = layers(gateway)[1].limiter
+        admitted = fast_counting(limiter)
         reply = gateway.chat(model=llm["model"], messages=[{"role": "user", "content": "hi"}])
     assert reply.content and server.request_count == len(admitted) == 4
-    assert gateway.limiter.waits > 0  # 2 per limiter minute: the third attempt had to wait
+    assert limiter.waits > 0  # 2 per limiter minute: the third attempt had to wait
     assert admitted[2] - admitted[0] >= 60.0 and admitted[3] - admitted[1] >= 60.0

@@ -159,7 +159,7 @@ def test_on_llm_error_fallback_keeps_going_with_the_fallbacks_marked(tmp_path: P
     assert ok["error"].isna().all()
     # The setting is recorded with the run, not in its identity.
     assert run.run_id == _experiment(url, num_retries=0).run_id
-    from vivarium.experiment import recorded_llm_settings
+    from vivarium.trace.resume import recorded_llm_settings
 
     assert recorded_llm_settings(db)["on_llm_error"] == "fallback"
     # Health says so, and Experiment.run() warned once, in the same words.

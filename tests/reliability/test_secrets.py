@@ -195,7 +195,7 @@ def test_a_key_stays_out_of_a_replay_miss_a_resume_and_python_errors(
     # The gateway itself, and the error a 401 raises from it.
     from vivarium.gateways.litellm_gateway import LiteLLMGateway
 
-    gateway = LiteLLMGateway(api_base=server.base_url, api_key=key, num_retries=0)
+    gateway = LiteLLMGateway(api_base=server.base_url, api_key=key)
     texts.append(repr(gateway))
     with FakeOpenAIServer(faults=["401"]) as rejecting:
         gateway.api_base = rejecting.base_url

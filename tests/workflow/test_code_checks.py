@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from tests.workflow.wf_helpers import ScriptedGateway, act, observation, write_agent
-from vivarium import Experiment
+from vivarium import Experiment, sandbox
 from vivarium.errors import ConfigError
-from vivarium.workflow import safe_eval
 from vivarium.workflow.config import AgentSpec, load_agent
 from vivarium.workflow.policy import WorkflowPolicy
 
@@ -51,9 +50,9 @@ def test_context_get_reads_variables_and_the_observation(tmp_path: Path) -> None
 
 
 def test_context_sees_what_earlier_lines_assigned() -> None:
-    assigned = safe_eval.execute("a = 2\nb = context['a'] * 10", {})
+    assigned = sandbox.execute("a = 2\nb = context['a'] * 10", {})
     assert assigned == {"a": 2, "b": 20}
-    assert safe_eval.evaluate("context.get('missing', 'none')", {"x": 1}) == "none"
+    assert sandbox.evaluate("context.get('missing', 'none')", {"x": 1}) == "none"
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vivarium import sandbox
 from vivarium.errors import ConfigError, VivariumError
-from vivarium.workflow import safe_eval
-from vivarium.workflow.safe_eval import (
+from vivarium.sandbox import (
     EvaluationError,
     Limits,
     UnsafeExpression,
@@ -312,9 +312,9 @@ def test_sets_print_in_a_stable_order() -> None:
 def test_parsed_trees_are_cached() -> None:
     source = "balance * 3 + 17 > 0"
     evaluate(source, CONTEXT)
-    hits = safe_eval._compiled.cache_info().hits
+    hits = sandbox.checker.compiled.cache_info().hits
     evaluate(source, CONTEXT)
-    assert safe_eval._compiled.cache_info().hits == hits + 1
+    assert sandbox.checker.compiled.cache_info().hits == hits + 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,7 +542,7 @@ def test_generated_expressions_only_raise_our_errors(source: str) -> None:
         except ALLOWED_ERRORS as exc:
             assert "\n" not in str(exc)
         else:
-            assert type(result) in safe_eval._VALUE_TYPES
+            assert type(result) in sandbox.allowed.VALUE_TYPES
     assert context == snapshot
 
 
@@ -597,8 +597,8 @@ def test_arbitrary_text_only_raises_our_errors(text: str) -> None:
 
 @pytest.mark.parametrize("source", ["", "   ", "\n\t\n", "# only a comment"])
 def test_an_empty_expression_says_it_is_empty(source: str) -> None:
-    for call in (lambda: safe_eval.check(source), lambda: safe_eval.evaluate(source, {})):
+    for call in (lambda: sandbox.check(source), lambda: sandbox.evaluate(source, {})):
         with pytest.raises(UnsafeExpression) as info:
             call()
         assert str(info.value) == "expression is empty (write one, e.g. tick > 0)"
-    assert safe_eval.execute(source, {"x": 1}) == {}  # empty code is a valid no-op block
+    assert sandbox.execute(source, {"x": 1}) == {}  # empty code is a valid no-op block

@@ -15,6 +15,7 @@ from vivarium.types import ActionRequest
 from vivarium.workflow import WorkflowPolicy, load_agent
 from vivarium.workflow.config import AgentSpec
 from vivarium.workflow.policy import ACT_TOOL, CHOOSE_TOOL
+from vivarium.worlds.ecology import ECOLOGY_ACTIONS
 
 from .wf_helpers import (
     ACTIONS,
@@ -79,7 +80,7 @@ def test_retry_then_success(tmp_path: Path) -> None:
 def test_retry_exhausted_fails_the_decision(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(on_failure="retry", max_retries=1, transition_to="b"))
     gw = ScriptedGateway([act("write_artifact", {}), act("write_artifact", {})])
-    req = decide(WorkflowPolicy(spec, gw))
+    req = decide(WorkflowPolicy(spec, gw, registry=ECOLOGY_ACTIONS))  # it checks the arguments
     assert req.action_name == "noop" and req.arguments == {}
     meta = req.metadata
     assert meta["parse_path"] == "fallback"
@@ -354,7 +355,9 @@ def test_choice_allowed_when_condition_holds_and_bare_text(tmp_path: Path) -> No
 def test_act_request_shape(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(), temperature=0.3, llm_model="m1", max_tokens=99)
     gw = ScriptedGateway([act("noop")])
-    decide(WorkflowPolicy(spec, gw, seed=7, model="ignored"))
+    policy = WorkflowPolicy(spec, gw, seed=7, model="ignored")
+    policy.use_world_actions(ECOLOGY_ACTIONS, "ecology")  # as the engine does when a run is built
+    decide(policy)
     request = gw.requests[0]
     assert request["model"] == "m1" and request["temperature"] == 0.3
     assert request["max_tokens"] == 99 and isinstance(request["seed"], int)
@@ -379,6 +382,29 @@ def test_act_request_shape(tmp_path: Path) -> None:
     gw3 = ScriptedGateway([act("noop")])
     decide(WorkflowPolicy(spec2, gw3, model="kw-model", max_tokens=50))
     assert gw3.requests[0]["model"] == "kw-model" and gw3.requests[0]["max_tokens"] == 50
+
+
+def test_actions_come_from_the_world_registry_handed_over(tmp_path: Path) -> None:
+    """The policy guesses no world: alone it names actions without arguments; once the engine
+    hands it the world's registry (``use_world_actions``) it describes and checks them; a
+    registry given to the constructor is kept."""
+    spec = make_spec(tmp_path, one_llm_step())
+    alone = ScriptedGateway([act("noop")])
+    decide(WorkflowPolicy(spec, alone))
+    user = alone.user_prompts()[0]
+    assert "- read_artifact\n" in user and "read_artifact(" not in user
+    branches = alone.requests[0]["tools"][0]["function"]["parameters"]["properties"]["action"]
+    assert "anyOf" not in branches  # no argument schemas without a registry
+
+    handed = ScriptedGateway([act("noop")])
+    policy = WorkflowPolicy(spec, handed)
+    policy.use_world_actions(ECOLOGY_ACTIONS, "ecology")
+    decide(policy)
+    assert "- read_artifact(artifact_id" in handed.user_prompts()[0]
+
+    own = WorkflowPolicy(spec, ScriptedGateway([act("noop")]), registry=ECOLOGY_ACTIONS)
+    own.use_world_actions(ECOLOGY_ACTIONS.extend(), "other")
+    assert own.registry is ECOLOGY_ACTIONS
 
 
 def test_ooda_schema_and_reasoning(tmp_path: Path) -> None:

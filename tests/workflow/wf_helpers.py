@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from vivarium.errors import RunStoppingError
 from vivarium.gateways.base import LLMResponse, ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,8 +65,8 @@ class Boom(Exception):
     """A gateway failure."""
 
 
-class FatalBoom(Exception):
-    fatal = True
+class FatalBoom(RunStoppingError):
+    """A failure that must stop the run (as a replay miss does)."""
 
 
 class ScriptedGateway:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from vivarium import Experiment, Run, TraceDb
-from vivarium.experiment import resume_run
+from vivarium.runner import resume_run
 from vivarium.trace.validate import validate_trace
 from vivarium.types import ActionRequest
 from vivarium.worlds.boltzmann import (
@@ -144,12 +144,12 @@ def test_gini() -> None:
     assert gini([]) == 0.0
 
 
-def test_importable_as_a_plugin_and_swept_in_workers(tmp_path: Path) -> None:
+def test_built_in_imported_when_used_and_swept_in_workers(tmp_path: Path) -> None:
     code = (
+        "import sys\n"
         "from vivarium.build import known_names\n"
-        "assert 'boltzmann' not in known_names('world')\n"
-        "import vivarium.worlds.boltzmann\n"
         "assert 'boltzmann' in known_names('world') and 'boltzmann' in known_names('policy')\n"
+        "assert 'vivarium.worlds.boltzmann' not in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

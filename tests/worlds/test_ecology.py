@@ -15,14 +15,8 @@ from hypothesis import strategies as st
 from vivarium.errors import ConfigError
 from vivarium.seeding import canonical_json
 from vivarium.types import ActionRequest, ActionResult
-from vivarium.worlds.ecology import (
-    ECOLOGY_ACTIONS,
-    Artifact,
-    EcologyWorld,
-    InsufficientScrip,
-    Ledger,
-    LedgerError,
-)
+from vivarium.worlds.ecology import ECOLOGY_ACTIONS, Artifact, EcologyWorld
+from vivarium.worlds.ledger import InsufficientScrip, Ledger, LedgerError
 
 AGENTS = ["alice", "bob", "carol"]
 OBSERVATION_KEYS = [
@@ -229,7 +223,7 @@ def test_write_failures() -> None:
 
 
 def test_write_with_an_unsafe_method_fails_with_the_checker_message() -> None:
-    from vivarium.workflow.safe_eval import UnsafeExpression, check
+    from vivarium.sandbox import UnsafeExpression, check
 
     source = '__import__("os").system("true")'
     with pytest.raises(UnsafeExpression) as info:

@@ -4,8 +4,8 @@
 figures (``vivarium.analysis.plots``) import matplotlib only inside their functions.
 
 Metrics take a ``Run``, a trace path, a dict of frames (``run.to_polars()``), one frame of the
-right table, or a list of these, and work on a sweep's merged frames (grouped by ``run_id`` and
-the columns named in ``by=``):
+right table, or a list of these (``loading``), and work on a sweep's merged frames (grouped by
+``run_id`` and the columns named in ``by=``, see ``grouping``):
 
 - ``action_counts`` - decisions per action, per step / agent / agent and step / run
 - ``success_rate`` - per step / agent / run, optionally over a rolling window of steps
@@ -14,6 +14,9 @@ the columns named in ``by=``):
 - ``message_volume`` - messages and characters per step / author / run
 - ``llm_usage`` - LLM calls, tokens, cost, latency, cache hits per step / agent / run
 - ``summary`` - one row per run
+- ``t_quantile``, ``wilson_interval`` - the intervals behind them (``statistics``)
+
+``metrics`` holds the metrics, ``pivoting`` the pivot ones, ``plots`` the figures.
 """
 
 from __future__ import annotations
@@ -25,27 +28,27 @@ if TYPE_CHECKING:
         action_counts,
         llm_usage,
         message_volume,
-        pivot_events,
-        pivots,
         success_ci,
         success_rate,
         summary,
-        t_quantile,
-        wilson_interval,
     )
+    from vivarium.analysis.pivoting import pivot_events, pivots
+    from vivarium.analysis.statistics import t_quantile, wilson_interval
 
-_METRICS = (
-    "action_counts",
-    "llm_usage",
-    "message_volume",
-    "pivot_events",
-    "pivots",
-    "success_ci",
-    "success_rate",
-    "summary",
-    "t_quantile",
-    "wilson_interval",
-)
+# Each public name and the module that defines it (imported on first use).
+_LAZY = {
+    "action_counts": "metrics",
+    "llm_usage": "metrics",
+    "message_volume": "metrics",
+    "pivot_events": "pivoting",
+    "pivots": "pivoting",
+    "success_ci": "metrics",
+    "success_rate": "metrics",
+    "summary": "metrics",
+    "t_quantile": "statistics",
+    "wilson_interval": "statistics",
+}
+_MODULES = ("grouping", "loading", "metrics", "pivoting", "plots", "statistics", "style")
 
 __all__ = [
     "action_counts",
@@ -64,11 +67,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    """Import a metric (and polars) or a submodule on first use."""
     import importlib
 
-    if name in _METRICS:
-        value = getattr(importlib.import_module("vivarium.analysis.metrics"), name)
-    elif name in ("plots", "style", "metrics"):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"vivarium.analysis.{_LAZY[name]}"), name)
+    elif name in _MODULES:
         value = importlib.import_module(f"vivarium.analysis.{name}")
     else:
         raise AttributeError(f"module 'vivarium.analysis' has no attribute {name!r}")
@@ -77,4 +81,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    """The public names (``__all__``)."""
     return sorted(__all__)

@@ -1,5 +1,7 @@
-"""Paper figures of run traces. Each function takes what the metrics take (a ``Run``, a dict of
-frames, one frame, a sweep's merged frames, a list of runs) and returns a matplotlib ``Figure``.
+"""Paper figures of run traces, one matplotlib ``Figure`` per function.
+
+Each function takes what the metrics take (a ``Run``, a dict of frames, one frame, a sweep's
+merged frames, a list of runs) and returns a matplotlib ``Figure``.
 
 - ``behaviour_timeline`` - agent x step raster, colour = action, failed decisions marked
 - ``action_mix`` - stacked shares of the actions over steps (one panel per ``by`` group)
@@ -27,7 +29,11 @@ from typing import Any, Literal
 
 import polars as pl
 
-from vivarium.analysis import metrics as _m
+from vivarium.analysis import metrics
+from vivarium.analysis.grouping import join_keys, over
+from vivarium.analysis.loading import by_list, load_tables, with_fallback
+from vivarium.analysis.pivoting import pivot_events
+from vivarium.analysis.statistics import t_quantile
 from vivarium.analysis.style import (
     category_colors,
     colors,
@@ -36,6 +42,7 @@ from vivarium.analysis.style import (
     paper_style,
     save_figure,
 )
+from vivarium.optional import require
 
 __all__ = [
     "action_mix",
@@ -54,7 +61,7 @@ MAX_TICK_AGENTS = 25  # label every agent up to this many rows
 # -- plumbing -----------------------------------------------------------------------------------
 def _ensure_backend() -> None:
     """Select Agg in a headless process where no backend has been chosen."""
-    import matplotlib
+    matplotlib = require("matplotlib")
 
     if "matplotlib.pyplot" in sys.modules or os.environ.get("MPLBACKEND"):
         return
@@ -72,7 +79,7 @@ def _new_figure(
     width: Width, height: float, nrows: int = 1, ncols: int = 1, **kwargs: Any
 ) -> tuple[Any, Any]:
     _ensure_backend()
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot")
 
     fig, axes = plt.subplots(
         nrows,
@@ -140,7 +147,7 @@ def _across_runs(
     out = df.group_by(groups).agg(aggs) if groups else df.select(aggs)
     ns = sorted({int(n) for n in out["n_runs"].to_list() if n and n >= 2})
     mult = pl.DataFrame(
-        {"n_runs": ns, "_t": [_m.t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) for n in ns]},
+        {"n_runs": ns, "_t": [t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) for n in ns]},
         schema={"n_runs": pl.Int64, "_t": pl.Float64},
     )
     out = out.join(mult, on="n_runs", how="left")
@@ -163,7 +170,7 @@ def _rolling_mean(
         pl.col(value).mean().alias("_rolled")
     )
     return (
-        _m._join(df, rolled, [*keys, "step"], "left")
+        join_keys(df, rolled, [*keys, "step"], "left")
         .with_columns(pl.col("_rolled").alias(value))
         .drop("_rolled")
     )
@@ -181,7 +188,7 @@ def _agent_axis(
         ax.set_yticks(range(n), labels or agents)
         ax.set_ylabel(label)
     else:
-        from matplotlib.ticker import MaxNLocator
+        MaxNLocator = require("matplotlib.ticker").MaxNLocator
 
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(f"{label} (index)")
@@ -252,14 +259,16 @@ def behaviour_timeline(
     ``run_id`` names one.
     """
     import numpy as np
-    from matplotlib.colors import BoundaryNorm, ListedColormap
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
-    tables = _m._load(data, ["actions", "agents"], [], "actions")
+    mcolors = require("matplotlib.colors")
+    BoundaryNorm, ListedColormap = mcolors.BoundaryNorm, mcolors.ListedColormap
+    Line2D = require("matplotlib.lines").Line2D
+    Patch = require("matplotlib.patches").Patch
+
+    tables = load_tables(data, ["actions", "agents"], [], "actions")
     a, note = _one_run(tables["actions"], run_id)
     if "success" in a.columns:
-        a = _m._with_fallback(a)  # a fallback is marked too, in older frames as well
+        a = with_fallback(a)  # a fallback is marked too, in older frames as well
     rid = run_id or (str(a["run_id"][0]) if "run_id" in a.columns and a.height else None)
     order = _agent_order(tables, rid, a["agent_id"].unique().to_list() if a.height else [])
     if isinstance(agents, int):
@@ -310,7 +319,7 @@ def behaviour_timeline(
             Patch(facecolor=palette[x], edgecolor="none", label=x) for x in actions
         ]
         if has_failed:
-            from matplotlib.patheffects import withStroke
+            withStroke = require("matplotlib.patheffects").withStroke
 
             failed = last.filter(pl.col("success").cast(pl.Boolean).not_().fill_null(False))
             if failed.height:
@@ -362,10 +371,10 @@ def action_mix(
     ``"area"`` (stacked areas) or ``"bars"``; ``normalize=False`` stacks counts per step
     (summed over runs) instead of shares.
     """
-    from matplotlib.patches import Patch
+    Patch = require("matplotlib.patches").Patch
 
-    by = _m._by_list(by)
-    counts = _m.action_counts(data, per="step", by=by, as_="polars")
+    by = by_list(by)
+    counts = metrics.action_counts(data, per="step", by=by, as_="polars")
     if run_id is not None:
         counts = counts.filter(pl.col("run_id") == run_id)
     counts = counts.group_by([*by, "step", "action"]).agg(pl.col("count").sum())
@@ -375,7 +384,7 @@ def action_mix(
             pl.col("count").sum().alias("_w")
         )
         counts = (
-            _m._join(counts, rolled, [*by, "action", "step"], "left")
+            join_keys(counts, rolled, [*by, "action", "step"], "left")
             .with_columns(pl.col("_w").alias("count"))
             .drop("_w")
         )
@@ -447,12 +456,12 @@ def success_curves(
     more), or with ``method="wilson"`` the pooled rate and its Wilson interval. A ``window``
     smooths each run's rate over the steps ``(t - w, t]``.
     """
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    Line2D = require("matplotlib.lines").Line2D
+    Patch = require("matplotlib.patches").Patch
 
-    by = _m._by_list(by)
+    by = by_list(by)
     per = "agent_step" if per_agent else "step"
-    sc = _m.success_ci(
+    sc = metrics.success_ci(
         data, per=per, window=window, by=by, method=method, level=level, as_="polars"
     )
     series_cols = [*by, *(["agent_id"] if per_agent else [])]
@@ -528,17 +537,18 @@ def pivot_raster(
     height: float | None = None,
     title: str | None = None,
 ) -> Any:
-    """Agent x step marks where agents pivoted (see ``metrics.pivot_events``), one run.
+    """Agent x step marks where agents pivoted (see ``vivarium.analysis.pivot_events``), one run.
+
     Routine moves of a workflow's loop are not pivots unless ``include_routine=True``.
 
     A back-transition is a left-pointing triangle coloured by the state the agent went back to;
     a ``should_pivot`` flag is an open circle. Every agent of the run has a row (labelled with
     its number of pivots), so agents that never pivot are visible too.
     """
-    from matplotlib.lines import Line2D
+    Line2D = require("matplotlib.lines").Line2D
 
     exclude = list(exclude)
-    events = _m.pivot_events(
+    events = pivot_events(
         data,
         state_order=state_order,
         exclude=exclude,
@@ -546,7 +556,7 @@ def pivot_raster(
         include_routine=include_routine,
         as_="polars",
     )
-    tables = _m._load(data, ["actions", "agents", "transitions", "steps"], [], "transitions")
+    tables = load_tables(data, ["actions", "agents", "transitions", "steps"], [], "transitions")
     base = tables["actions"] if tables["actions"].height else tables["transitions"]
     base, note = _one_run(base, run_id)
     rid = run_id or (str(base["run_id"][0]) if "run_id" in base.columns and base.height else None)
@@ -658,15 +668,15 @@ def message_volume(
     Several runs: the line is the mean over runs and the band its t interval (``level``). A
     ``window`` averages each run over the steps ``(t - w, t]`` first.
     """
-    by = _m._by_list(by)
+    by = by_list(by)
     per = "agent_step" if per_agent else "step"
-    mv = _m.message_volume(data, per=per, by=by, as_="polars")
+    mv = metrics.message_volume(data, per=per, by=by, as_="polars")
     series_cols = [*by, *(["agent_id"] if per_agent else [])]
     run_keys = (["run_id"] if "run_id" in mv.columns else []) + series_cols
     mv = mv.with_columns(pl.col("messages").cast(pl.Float64))
     if cumulative:
         mv = mv.sort([*run_keys, "step"], nulls_last=True).with_columns(
-            _m._over(pl.col("messages").cum_sum(), run_keys)
+            over(pl.col("messages").cum_sum(), run_keys)
         )
     mv = _rolling_mean(mv, run_keys, "messages", window)
     agg = _across_runs(mv, [*series_cols, "step"], ["messages"], level) if mv.height else mv
@@ -691,7 +701,7 @@ def message_volume(
         ax.set_ylim(bottom=0)
         ax.margins(x=0)
         if n_runs < 2 and not window:
-            from matplotlib.ticker import MaxNLocator
+            MaxNLocator = require("matplotlib.ticker").MaxNLocator
 
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         if len(groups) > 1:
@@ -736,8 +746,8 @@ def token_use(
     tokens per group. Several runs: means over runs with t-interval bands. A ``window``
     averages each run over the steps ``(t - w, t]`` first.
     """
-    by = _m._by_list(by)
-    u = _m.llm_usage(data, per="step", by=by, as_="polars")
+    by = by_list(by)
+    u = metrics.llm_usage(data, per="step", by=by, as_="polars")
     run_keys = (["run_id"] if "run_id" in u.columns else []) + by
     values = ["prompt_tokens", "completion_tokens", "tokens", "cost"]
     u = u.with_columns(pl.col(v).cast(pl.Float64).fill_null(0.0) for v in values)

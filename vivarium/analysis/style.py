@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from vivarium.optional import require
+
 SINGLE_COLUMN = 3.3  # inches
 DOUBLE_COLUMN = 6.9
 
@@ -119,7 +121,7 @@ def paper_style(rc: dict[str, Any] | None = None) -> Iterator[None]:
 
     ``rc`` adds or overrides rcParams, e.g. ``paper_style({"font.size": 9})``.
     """
-    import matplotlib
+    matplotlib = require("matplotlib")
 
     params = rc_params()
     if rc:
@@ -135,7 +137,7 @@ def freeze_style(fig: Any) -> None:
     style's values on the axes so a figure drawn later (displayed in a notebook, saved outside
     ``paper_style``) looks the same.
     """
-    import matplotlib as mpl
+    mpl = require("matplotlib")
 
     rc = mpl.rcParams
     for ax in fig.axes:

@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vivarium.config import AutonomousConfig
-from vivarium.errors import VivariumError
+from vivarium.errors import ConfigError, VivariumError
 
 TICKS_PER_SECOND = 1_000_000_000
 """The loop's unit of time: a nanosecond, the precision of the clock recorded with each step."""
@@ -37,15 +36,31 @@ def to_ticks(seconds: float) -> int:
 
 
 def to_seconds(ticks: int) -> float:
+    """``ticks`` as seconds (a float, for the recorded clock and the progress bar)."""
     return ticks / TICKS_PER_SECOND
+
+
+class AutonomousSettings(Protocol):
+    """The pacing an autonomous run needs (``vivarium.config.AutonomousConfig`` has it)."""
+
+    duration: float  # seconds of (virtual) time to run
+    think_s: float  # time one action takes an agent
+    actions_per_minute: float | None
+    llm_tokens_per_minute: float | None
+    clock: str  # "virtual" or "real"
+    max_events: int  # safety cap on engine steps
 
 
 class Clock(Protocol):
     """Time in some unit (the autonomous loop uses integer ticks, so its arithmetic is exact)."""
 
-    def now(self) -> Any: ...
+    def now(self) -> Any:
+        """The current time."""
+        ...
 
-    def sleep_until(self, when: Any) -> None: ...
+    def sleep_until(self, when: Any) -> None:
+        """Return at ``when`` (at once when it has passed)."""
+        ...
 
 
 @dataclass
@@ -55,9 +70,11 @@ class VirtualClock:
     time: Any = 0
 
     def now(self) -> Any:
+        """The simulated time."""
         return self.time
 
     def sleep_until(self, when: Any) -> None:
+        """Jump to ``when`` (never back)."""
         self.time = max(self.time, when)
 
 
@@ -68,20 +85,22 @@ class RealClock:
     start: int = field(default_factory=time.monotonic_ns)
 
     def now(self) -> int:
+        """Nanoseconds since the run started."""
         return time.monotonic_ns() - self.start
 
     def sleep_until(self, when: int) -> None:
+        """Sleep until ``when`` nanoseconds after the start."""
         delay = when - self.now()
         if delay > 0:
             time.sleep(delay / TICKS_PER_SECOND)
 
 
 def _check_limit(resource: str, limit: object) -> None:
-    """One line for a limit that is not (amount > 0, window > 0): a negative amount would
-    never have capacity and a zero window would never forget, so either would stall agents."""
-    import math
+    """Refuse, in one line, a limit that is not (amount > 0, window > 0).
 
-    from vivarium.errors import ConfigError
+    A negative amount would never have capacity and a zero window would never forget, so
+    either would stall agents.
+    """
 
     def number(v: object) -> bool:
         return isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v)
@@ -111,6 +130,7 @@ class RateTracker:
     """
 
     def __init__(self, limits: Mapping[str, tuple[float, float]], clock: Clock) -> None:
+        """Budgets ``limits`` on ``clock``; a bad limit is a one-line ``ConfigError``."""
         for resource, limit in limits.items():
             _check_limit(resource, limit)
         self.limits = dict(limits)
@@ -126,11 +146,13 @@ class RateTracker:
         return usage
 
     def used(self, agent_id: str, resource: str) -> float:
+        """How much of ``resource`` the agent used within the window."""
         if resource not in self.limits:
             return 0.0
         return sum(amount for _, amount in self._window(agent_id, resource))
 
     def has_capacity(self, agent_id: str, resource: str, amount: float = 1.0) -> bool:
+        """Whether ``amount`` more fits in the window now."""
         if resource not in self.limits:
             return True
         allowed, _ = self.limits[resource]
@@ -139,6 +161,7 @@ class RateTracker:
         return used + amount <= allowed or used == 0
 
     def consume(self, agent_id: str, resource: str, amount: float = 1.0) -> None:
+        """Record ``amount`` used now."""
         if resource in self.limits and amount > 0:
             self._window(agent_id, resource).append((self.clock.now(), amount))
 
@@ -164,13 +187,14 @@ class RateTracker:
         return self.capacity_at(agent_id, resource, amount) - self.clock.now()
 
     def wait_for_capacity(self, agent_id: str, resource: str, amount: float = 1.0) -> None:
+        """Sleep on the clock until ``amount`` fits."""
         # Sleep until the expiry itself, not now + (expiry - now): with a float clock that sum
         # can round to just before the expiry, when the window is still full.
         self.clock.sleep_until(self.capacity_at(agent_id, resource, amount))
 
 
-def progress_bar_options(config: AutonomousConfig) -> dict[str, Any]:
-    """tqdm settings for a bar of an autonomous run: seconds of its clock out of its duration."""
+def progress_bar_options(config: AutonomousSettings) -> dict[str, Any]:
+    """The tqdm settings for a bar of an autonomous run: seconds of its clock of its duration."""
     kind = "virtual" if config.clock == "virtual" else "real"
     return {
         "total": config.duration,
@@ -185,7 +209,7 @@ class EventCapReached(VivariumError):
     """An autonomous run needed more engine steps than ``autonomous.max_events`` allows."""
 
 
-def run_autonomous(engine: Any, config: AutonomousConfig, progress: Any | None = None) -> int:
+def run_autonomous(engine: Any, config: AutonomousSettings, progress: Any | None = None) -> int:
     """Run ``engine``'s agents autonomously; returns the number of engine steps taken.
 
     ``progress`` (tqdm-like, ``update(n)``) advances in seconds of the run's clock, up to

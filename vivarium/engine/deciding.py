@@ -20,6 +20,7 @@ from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from vivarium.engine.capabilities import PolicyCapabilities, check_policies
 from vivarium.errors import RunInterrupted, VivariumError
 from vivarium.gateways.base import (
     CallRecord,
@@ -35,6 +36,11 @@ from vivarium.gateways.base import (
 from vivarium.types import ActionRequest
 
 T = TypeVar("T")
+
+# Async decisions of one step in flight at once, unless the run says otherwise: the one place
+# this default is written (``WorldEngineConfig.max_concurrency``; an experiment's
+# ``max_concurrency``, or its older spelling ``llm.max_concurrency``, when not given).
+DEFAULT_MAX_CONCURRENCY = 16
 
 
 @dataclass(slots=True)
@@ -121,7 +127,7 @@ def _fatal(exc: BaseException, agent_id: str, t: int) -> VivariumError | None:
     """The error that stops the run for ``exc``, or None when ``exc`` is the agent's failure.
 
     An infrastructure failure after the retries (``LLMUnavailable``) interrupts the run, to be
-    resumed; any other ``fatal`` error aborts it.
+    resumed; any other ``RunStoppingError`` aborts it.
     """
     stopper = run_stopper(exc)  # also catches an infrastructure error a policy let through
     if isinstance(stopper, LLMUnavailable):
@@ -158,15 +164,30 @@ class Decider:
         agent_ids: Sequence[str],
         policies: Sequence[Any],
         *,
-        max_concurrency: int = 16,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         timeout_s: float | None = None,
         retries: int = 0,
         on_llm_error: str = "stop",
+        capabilities: Sequence[PolicyCapabilities] | None = None,
     ) -> None:
+        """Get ready to ask ``policies`` (one per agent id, in the same order).
+
+        Args:
+            run_id: The run the decisions are for.
+            agent_ids: The agents' ids, in agent index order.
+            policies: Each agent's policy, in the same order.
+            max_concurrency: Async decisions in flight at once.
+            timeout_s: Per-attempt limit for an async decision (None: no limit).
+            retries: Attempts after a timeout or an error.
+            on_llm_error: ``"stop"`` or ``"fallback"``, for an LLM outage past the retries.
+            capabilities: What each policy can do, as the engine checked it; None checks here.
+        """
         self.run_id = run_id
         self.agent_ids = list(agent_ids)
         self.policies = list(policies)
-        self.is_async = [callable(getattr(p, "adecide", None)) for p in self.policies]
+        if capabilities is None:
+            capabilities = check_policies(self.agent_ids, self.policies)
+        self.is_async = [c.is_async for c in capabilities]
         self.any_async = any(self.is_async)
         self.max_concurrency = max(1, max_concurrency)
         self.timeout_s = timeout_s
@@ -176,7 +197,7 @@ class Decider:
         self.on_llm_error = on_llm_error
         # Policies that call a model (they hold a gateway): a decision of theirs that times out
         # on every attempt is the server's slowness, not the agent's choice.
-        self.calls_llm = [getattr(p, "gateway", None) is not None for p in self.policies]
+        self.calls_llm = [c.calls_llm for c in capabilities]
 
     # -- one agent ----------------------------------------------------------------------------
     def _sync_once(self, idx: int, t: int, observation: dict[str, Any]) -> ActionRequest | str:

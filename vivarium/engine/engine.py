@@ -7,6 +7,12 @@ hash, and the step is committed to the trace in one transaction.
 Scheduling:
 - ``sequential``: each agent observes the world after the agents before it have acted this step.
 - ``simultaneous``: every agent observes one snapshot, then the actions are applied in order.
+
+Batch decisions: when the world applies batches (``vivarium.worlds.base.BatchWorld``) and the
+policies' class decides them (``vivarium.policies.base.BatchPolicy``, random agents), a step in
+which every agent acts is one call to each, and the decisions and outcomes arrive as the
+columns the trace stores. The engine knows no world or policy: it reads what they can do from
+the capabilities checked when it is built (``vivarium.engine.capabilities``).
 """
 
 from __future__ import annotations
@@ -20,17 +26,21 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from vivarium.engine.deciding import Decider, Decision, older_objects_frozen
+from vivarium.engine.capabilities import check_policies, check_world
+from vivarium.engine.deciding import (
+    DEFAULT_MAX_CONCURRENCY,
+    Decider,
+    Decision,
+    older_objects_frozen,
+)
 from vivarium.errors import ConfigError, RunInterrupted
-from vivarium.policies.base import AgentPolicy, policy_name
-from vivarium.policies.random import RandomBatch
+from vivarium.policies.base import AgentPolicy, BatchDecider, policy_name
 from vivarium.seeding import canonical_json, derive_seed
 from vivarium.trace.db import TraceDb
 from vivarium.trace.records import GENESIS_HASH, StepRecord, encode_column, hash_record
 from vivarium.trace.schema import MAX_AGENTS_PER_STEP
 from vivarium.types import ActionResult, RunMetadata
-from vivarium.worlds.channel import InMemoryChannel
-from vivarium.worlds.registry import ActionRegistry
+from vivarium.worlds.base import World
 
 Scheduling = Literal["sequential", "simultaneous"]
 Order = Literal["sorted", "shuffle"]
@@ -50,9 +60,12 @@ class WorldEngineConfig(BaseModel):
     scheduling: Scheduling = "sequential"
     order: Order = "sorted"
     batch: bool = Field(
-        default=True, description="Let random agents decide in one vectorised batch per step."
+        default=True,
+        description="Let policies that can (random agents) decide a whole step in one batch.",
     )
-    max_concurrency: int = Field(default=16, ge=1, description="Async decisions in flight at once.")
+    max_concurrency: int = Field(
+        default=DEFAULT_MAX_CONCURRENCY, ge=1, description="Async decisions in flight at once."
+    )
     agent_timeout_s: float | None = Field(
         default=None, gt=0, description="Per-attempt limit for an async decision."
     )
@@ -75,60 +88,64 @@ def _quoted_names(names: tuple[str, ...]) -> np.ndarray:
     return np.array([json.dumps(name, ensure_ascii=False) for name in names], dtype=object)
 
 
-def _event_arguments_json(values: np.ndarray, emitting: np.ndarray, t: int) -> str:
-    """The JSON array of emit_event arguments (each a JSON string), null where no event.
-
-    Byte-for-byte what ``encode_column`` makes of the canonical JSON of each request's
-    arguments on the per-agent path (a test checks the two paths write identical files).
-    """
-    items = np.full(len(values), "null", dtype=object)
-    prefix = '"{\\"seen_time_step\\":' + str(t) + ',\\"value\\":'
-    items[emitting] = [f'{prefix}{v}}}"' for v in values[emitting].tolist()]
-    return "[" + ",".join(items.tolist()) + "]"
-
-
 class WorldEngine:
-    """Runs ``agents`` (id -> policy) in ``world`` and writes each step to ``trace_db``."""
+    """Runs ``agents`` (id -> policy) in ``world`` and writes each step to ``trace_db``.
+
+    The world and the policies are checked against their contracts here, once
+    (``vivarium.worlds.base``, ``vivarium.policies.base``): a missing method is a one-line
+    ``ConfigError`` before any step runs, and what else they can do is kept in
+    ``world_capabilities`` and ``capabilities`` (one per agent, in agent index order).
+    """
 
     def __init__(
         self,
         config: WorldEngineConfig,
         agents: Mapping[str, AgentPolicy],
-        world: Any | None = None,
+        world: World,
         trace_db: TraceDb | None = None,
         *,
-        channel: InMemoryChannel | None = None,
         metadata: RunMetadata | None = None,
         checkpoint_every: int | None = None,
+        agent_seeds: Mapping[str, int] | None = None,
     ) -> None:
+        """Check the world and the policies, and get ready to run step 0.
+
+        Args:
+            config: How to step (run id, scheduling, order, concurrency).
+            agents: Each agent's policy, by agent id (the ids' sorted order is the index).
+            world: Where the agents act: anything with the ``World`` methods.
+            trace_db: Where each step is recorded; None records nothing.
+            metadata: What to record about the run; None derives it from ``config``.
+            checkpoint_every: Write a checkpoint after every this many steps.
+            agent_seeds: The seed each agent runs on, recorded in the agents table.
+
+        Raises:
+            ConfigError: No agents, too many, or a world or policy that breaks its contract.
+        """
         if not agents:
             raise ConfigError("a run needs at least one agent")
         if len(agents) > MAX_AGENTS_PER_STEP:
             raise ConfigError(f"at most {MAX_AGENTS_PER_STEP} agents per run")
-        for agent_id, policy in agents.items():
-            if not callable(getattr(policy, "decide", None)):
-                raise ConfigError(f"policy for {agent_id} has no decide() method")
         self.config = config
         self.agent_ids = sorted(agents)
         self.policies = [agents[a] for a in self.agent_ids]
-        self.world = (
-            world
-            if world is not None
-            else channel or InMemoryChannel(message_history_limit=config.message_history_limit)
-        )
-        _hand_world_actions(self.world, self.policies)
+        self.capabilities = check_policies(self.agent_ids, self.policies)
+        self.world = world
+        self.world_capabilities = check_world(world)
+        self._hand_world_actions()
         self.trace_db = trace_db
         self.metadata = metadata
+        # The seed each agent runs on, from the build plan, for the trace's agents table; an
+        # agent not in it (an engine built by hand) records what its policy reports.
+        self.agent_seeds = dict(agent_seeds or {})
         self.state_hash = GENESIS_HASH
         self.next_step = 0
-        self._batch: RandomBatch | None = None
+        self._batch: BatchDecider | None = None
         self._batch_checked = False
         self._run_started = False
-        self._json_cache: dict[tuple[str, int], Any] = {}
-        self._stateful = [bool(getattr(p, "uses_agent_state", False)) for p in self.policies]
+        self._json_cache: dict[Any, Any] = {}
+        self._stateful = [c.uses_agent_state for c in self.capabilities]
         self.agent_states: dict[int, Any] = {}
-        self._charge_tokens = getattr(self.world, "record_llm_usage", None)
-        self._over_quota = getattr(self.world, "over_llm_quota", None)
         self.checkpoint_every = checkpoint_every
         self.decider = Decider(
             config.run_id,
@@ -138,7 +155,23 @@ class WorldEngine:
             timeout_s=config.agent_timeout_s,
             retries=config.agent_retries,
             on_llm_error=config.on_llm_error,
+            capabilities=self.capabilities,
         )
+
+    def _hand_world_actions(self) -> None:
+        """Hand the world's action registry to the policies that describe actions to a model.
+
+        They describe the actions of the world they act in (``UsesWorldActions``); given the
+        registry now, they refuse a tool the world lacks before the first step.
+        """
+        registry = self.world_capabilities.registry
+        if registry is None:
+            return
+        seen: set[int] = set()
+        for policy, caps in zip(self.policies, self.capabilities, strict=True):
+            if caps.uses_world_actions and id(policy) not in seen:
+                seen.add(id(policy))
+                policy.use_world_actions(registry, self.world_capabilities.name)
 
     # -- ordering -----------------------------------------------------------------------------
     def order(self, time_step: int) -> list[int]:
@@ -149,47 +182,52 @@ class WorldEngine:
         return idx
 
     # -- the batch path -----------------------------------------------------------------------
-    def _batch_decider(self) -> RandomBatch | None:
+    def _batch_decider(self) -> BatchDecider | None:
+        """The decider of whole steps, made before the first step that can use one.
+
+        A batch needs a world that applies batches (``BatchWorld``) and a policy class that
+        decides them (``BatchPolicy``, asked about every agent's policy); either may decline.
+        """
         if not self._batch_checked:
             self._batch_checked = True
-            batch_actions = getattr(self.world, "batch_actions", None)
-            if (
-                self.config.batch
-                and callable(batch_actions)
-                and RandomBatch.supports(self.policies, batch_actions())
-            ):
-                self._batch = RandomBatch(self.policies)  # type: ignore[arg-type]
+            if self.config.batch and self.world_capabilities.batch and self.capabilities[0].batch:
+                self._batch = type(self.policies[0]).batch_decider(
+                    self.policies, self.world.batch_actions()
+                )
         return self._batch
 
-    def _step_batch(self, t: int, batch: RandomBatch, record: StepRecord) -> None:
-        """All random agents in one vectorised draw; the stored JSON is built directly."""
-        codes, values = batch.decide()
+    def _step_batch(self, t: int, batch: BatchDecider, record: StepRecord) -> None:
+        """Every agent in one batch: the decisions and outcomes arrive as stored columns."""
+        order = self.order(t) if self.config.order == "shuffle" else None
+        decisions = batch.decide_batch(t, order)
+        codes = np.asarray(decisions.codes)
         n = len(codes)
-        if self.config.order == "shuffle":
-            order = self.order(t)
-            codes, values = codes[order], values[order]
-            agent_json = encode_column(order)
+        if n != len(self.agent_ids):
+            raise ConfigError(
+                f"{type(batch).__name__}.decide_batch: {n} rows for {len(self.agent_ids)} agents"
+            )
+        if order is None:
+            outcomes = self.world.apply_batch(decisions, self.agent_ids)
+            agent_json = self._cached_json(("agents", n), lambda: encode_column(list(range(n))))
         else:
-            agent_json = self._cached_json("agents", n, lambda: encode_column(list(range(n))))
-        quoted = self._cached_json("names", 0, lambda: _quoted_names(batch.action_space))
-        emitting = values >= 0
+            outcomes = self.world.apply_batch(decisions, [self.agent_ids[i] for i in order])
+            agent_json = encode_column(order)
+        names = decisions.action_names
+        quoted = self._cached_json(("names", names), lambda: _quoted_names(names))
         record.n_actions = n
         record.encoded = (
             agent_json,
             "[" + ",".join(quoted[codes].tolist()) + "]",
-            _event_arguments_json(values, emitting, t) if emitting.any() else None,
-            None,
-            None,
-            self._cached_json("ones", n, lambda: encode_column([1] * n)),
-            None,
-            None,
-            None,  # fallback: random agents always act
+            decisions.arguments,
+            decisions.reasoning,
+            decisions.metadata,
+            outcomes.success,
+            outcomes.result,
+            outcomes.error,
+            None,  # fallback: a batch decision is always an action
         )
-        counts = np.bincount(codes, minlength=len(batch.action_space)).tolist()
-        self.world.apply_batch(dict(zip(batch.action_space, counts, strict=True)))
 
-    def _cached_json(self, kind: str, n: int, make: Callable[[], Any]) -> Any:
-        key = (kind, n)
+    def _cached_json(self, key: Any, make: Callable[[], Any]) -> Any:
         if key not in self._json_cache:
             self._json_cache[key] = make()
         return self._json_cache[key]
@@ -227,11 +265,11 @@ class WorldEngine:
                     )
                 )
             request = request.model_copy(update={"metadata": metadata})
-        if decision.calls and self._charge_tokens is not None:
+        if decision.calls and self.world_capabilities.llm_quota:
             tokens = sum(
                 (c.prompt_tokens or 0) + (c.completion_tokens or 0) for c in decision.calls
             )
-            self._charge_tokens(self.agent_ids[idx], tokens)
+            self.world.record_llm_usage(self.agent_ids[idx], tokens)
         if request.agent_id != self.agent_ids[idx] or request.time_step != t:
             result = ActionResult.failed(
                 f"request names agent {request.agent_id!r} at step {request.time_step}, "
@@ -302,9 +340,9 @@ class WorldEngine:
         A world with LLM-token quotas says so before the call (``over_llm_quota``), not after
         the tokens are spent; the row records the reason, and the world sees no action.
         """
-        if self._over_quota is None:
+        if not self.world_capabilities.llm_quota:
             return None
-        reason = self._over_quota(self.agent_ids[idx])
+        reason = self.world.over_llm_quota(self.agent_ids[idx])
         return None if reason is None else f"{reason}: no model call"
 
     # -- stepping -----------------------------------------------------------------------------
@@ -315,7 +353,7 @@ class WorldEngine:
         meta = self.metadata or RunMetadata(
             run_id=self.config.run_id,
             name=self.config.run_id,
-            world=getattr(self.world, "name", type(self.world).__name__),
+            world=self.world_capabilities.name,
             policy=",".join(sorted({policy_name(p) for p in self.policies})),
             seed=self.config.seed,
             agents=len(self.agent_ids),
@@ -327,11 +365,15 @@ class WorldEngine:
         self.trace_db.begin_run(
             meta,
             [
-                (i, aid, policy_name(p), _agent_seed(p, aid))
+                (i, aid, policy_name(p), self._recorded_seed(aid, p))
                 for i, (aid, p) in enumerate(zip(self.agent_ids, self.policies, strict=True))
             ],
         )
         self._run_started = True
+
+    def _recorded_seed(self, agent_id: str, policy: object) -> str | None:
+        seed = self.agent_seeds.get(agent_id)
+        return _agent_seed(policy, agent_id) if seed is None else str(seed)
 
     def step(
         self,
@@ -356,9 +398,8 @@ class WorldEngine:
             self._step_batch(t, batch, record)
         else:
             self._step_general(t, record, agents)
-        take = getattr(self.world, "take_messages", None)
-        if take is not None:
-            record.messages = take()
+        if self.world_capabilities.messages:
+            record.messages = self.world.take_messages()
         record.world_digest = self.world.state_digest()
         self.state_hash = record.state_hash = hash_record(self.state_hash, record)
         self.next_step = t + 1
@@ -375,18 +416,17 @@ class WorldEngine:
             self._batch.sync_policies()
         agents: dict[str, Any] = {}
         for idx, (agent_id, policy) in enumerate(zip(self.agent_ids, self.policies, strict=True)):
-            get_state = getattr(policy, "get_state", None)
             agents[agent_id] = {
                 "engine": self.agent_states.get(idx),
-                "policy": get_state() if callable(get_state) else None,
+                "policy": policy.get_state() if self.capabilities[idx].stateful else None,
             }
-        snapshot = getattr(self.world, "snapshot", None)
         return {
-            "world": snapshot() if callable(snapshot) else None,
+            "world": self.world.snapshot() if self.world_capabilities.checkpoints else None,
             "agents": agents,
         }
 
     def write_checkpoint(self) -> None:
+        """Record ``checkpoint_state()`` in the trace, after the last committed step."""
         assert self.trace_db is not None
         state = self.checkpoint_state()
         self.trace_db.write_checkpoint(
@@ -398,20 +438,18 @@ class WorldEngine:
 
     def restore(self, step: int, state_hash: str, world_state: Any, agent_states: Any) -> None:
         """Continue after ``step`` from a checkpoint (world, agents, hash chain)."""
-        restore = getattr(self.world, "restore", None)
         if world_state is not None:
-            if not callable(restore):
+            if not self.world_capabilities.checkpoints:
                 raise ConfigError(f"world {type(self.world).__name__} cannot restore a checkpoint")
-            restore(world_state)
+            self.world.restore(world_state)
         for idx, (agent_id, policy) in enumerate(zip(self.agent_ids, self.policies, strict=True)):
             saved = agent_states.get(agent_id)
             if saved is None:
                 raise ConfigError(f"checkpoint at step {step} has no state for {agent_id}")
             if saved.get("engine") is not None:
                 self.agent_states[idx] = saved["engine"]
-            set_state = getattr(policy, "set_state", None)
-            if saved.get("policy") is not None and callable(set_state):
-                set_state(saved["policy"])
+            if saved.get("policy") is not None and self.capabilities[idx].stateful:
+                policy.set_state(saved["policy"])
         self._batch = None
         self._batch_checked = False
         self.state_hash = state_hash
@@ -487,8 +525,11 @@ def _is_count(value: object) -> bool:
 
 
 def _check_step_args(t: object, agents: list[int] | None, n_agents: int) -> None:
-    """``step()`` misuse as one line, before anything runs: a step number that is not a
-    count, an agent index that does not exist (a negative one would act as the last agent)."""
+    """Refuse ``step()`` misuse in one line, before anything runs.
+
+    A step number that is not a count, or an agent index that does not exist (a negative one
+    would act as the last agent).
+    """
     if not _is_count(t):
         raise ConfigError(f"step: {t!r} is not a step number")
     for idx in agents or ():
@@ -496,24 +537,12 @@ def _check_step_args(t: object, agents: list[int] | None, n_agents: int) -> None
             raise ConfigError(f"step: agents: {idx!r} is not an agent index (0..{n_agents - 1})")
 
 
-def _hand_world_actions(world: Any, policies: list[Any]) -> None:
-    """LLM policies describe the actions of the world they act in (``UsesWorldActions``): give
-    them its registry now, so a tool the world lacks is refused before the first step."""
-    registry = getattr(world, "registry", None)
-    if not isinstance(registry, ActionRegistry):
-        return
-    name = str(getattr(world, "name", None) or type(world).__name__)
-    seen: set[int] = set()
-    for policy in policies:
-        use = getattr(policy, "use_world_actions", None)
-        if use is not None and id(policy) not in seen:
-            seen.add(id(policy))
-            use(registry, name)
-
-
 def _agent_seed(policy: object, agent_id: str) -> str | None:
-    """The seed the agent runs on: the policy's own ``seed``, else (a policy shared by several
-    agents, such as an LLM policy with a master seed) the one it derives for this agent."""
+    """The seed an agent without a planned one runs on, as its policy reports it.
+
+    The policy's own ``seed``, else (a policy shared by several agents, such as an LLM policy
+    with a master seed) the one it derives for this agent, else None (recorded as NULL).
+    """
     seed = getattr(policy, "seed", None)
     if seed is None:
         per_agent = getattr(policy, "request_seed", None)

@@ -1,4 +1,9 @@
-"""LLM gateways: a deterministic mock, LiteLLM for real providers, record/replay, rate limits.
+"""LLM gateways: one contract, and the layers a run's stack is made of.
+
+``base`` holds the contract (``LLMGateway``) and its models; each layer is a module of its own:
+``cache`` (record/replay), ``retry``, ``ratelimit``, and the providers ``mock`` (deterministic)
+and ``litellm_gateway`` (real models). ``stack`` composes them, cache -> retry -> rate limit ->
+provider, from plain ``GatewaySettings``.
 
 Importing this package stays light: ``litellm`` (and with it ``openai`` and ``httpx``) is
 imported on a ``LiteLLMGateway``'s first call.
@@ -28,6 +33,7 @@ from vivarium.gateways.litellm_gateway import LiteLLMGateway
 from vivarium.gateways.mock import MockLLMGateway
 from vivarium.gateways.ratelimit import RateLimitedGateway, RateLimiter
 from vivarium.gateways.retry import RetryGateway
+from vivarium.gateways.stack import GatewaySettings, build_gateway
 
 __all__ = [
     "CacheMissError",
@@ -37,6 +43,7 @@ __all__ = [
     "Cassette",
     "CassetteError",
     "GatewayBase",
+    "GatewaySettings",
     "LLMCallError",
     "LLMGateway",
     "LLMRequest",
@@ -49,6 +56,7 @@ __all__ = [
     "RetryGateway",
     "ToolCall",
     "Usage",
+    "build_gateway",
     "collect_calls",
     "record_call",
 ]

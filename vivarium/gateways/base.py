@@ -1,9 +1,11 @@
 """The LLM gateway protocol, its request/response models, and per-decision call records.
 
-Gateways stack like wrappers (cache -> rate limit -> retry -> provider). Every layer takes and
-returns the same pydantic models, so any stack is itself a gateway. Users call ``chat`` /
-``achat`` with keyword arguments; layers implement ``complete`` / ``acomplete`` on an
-``LLMRequest``.
+A gateway is anything with ``chat`` / ``achat`` (``LLMGateway``). A run's gateway is a stack of
+wrappers, each one concept in its own module (cache -> retry -> rate limit -> provider, composed
+in ``stack``): every layer takes and returns the same pydantic models and holds the layer below
+as ``inner``, so any stack is itself a gateway. Users call ``chat`` / ``achat`` with keyword
+arguments; layers implement ``complete`` / ``acomplete`` on an ``LLMRequest`` (``GatewayBase``)
+and call the layer below with ``complete_via`` / ``acomplete_via``.
 
 Call records: the engine opens ``collect_calls()`` around each agent's decision (a context
 variable, so concurrent decisions never mix); gateways add one ``CallRecord`` per attempt with
@@ -21,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vivarium.errors import VivariumError
+from vivarium.errors import RunStoppingError, VivariumError
 from vivarium.seeding import canonical_json, digest
 
 
@@ -38,6 +40,8 @@ class ToolCall(BaseModel):
 
 
 class Usage(BaseModel):
+    """Tokens one reply used, as the provider counted them (0 when it did not say)."""
+
     model_config = ConfigDict(extra="forbid")
 
     prompt_tokens: int = 0
@@ -59,7 +63,11 @@ class LLMRequest(BaseModel):
     seed: int | None = None
 
     def request_hash(self) -> str:
-        """SHA-256 of the canonical JSON of every field: same request, same key, any process."""
+        """SHA-256 of the canonical JSON of every field: same request, same key, any process.
+
+        Returns:
+            The hex digest that keys the cassette and names the request in call records.
+        """
         return digest(canonical_json(self.model_dump(mode="json")))
 
 
@@ -101,14 +109,14 @@ INFRASTRUCTURE_KINDS = frozenset(
 
 
 class LLMCallError(VivariumError):
-    """A failed LLM call. ``retryable`` says whether trying again may help; ``infrastructure``
-    whether the failure is the server's or the network's rather than the agent's (``kind``).
+    """A failed LLM call.
 
-    A ``fatal`` error (a replay miss) stops the run instead of becoming a recorded fallback:
-    going on would silently produce a different run than the one being replayed.
+    ``retryable`` says whether trying again may help; ``infrastructure`` whether the failure
+    is the server's or the network's rather than the agent's (``kind``).
+
+    One that is also a ``RunStoppingError`` (a replay miss, an outage past the retries) stops
+    the run instead of becoming a recorded fallback.
     """
-
-    fatal = False
 
     def __init__(
         self,
@@ -119,6 +127,15 @@ class LLMCallError(VivariumError):
         status_code: int | None = None,
         retry_after: float | None = None,
     ) -> None:
+        """Describe one failure.
+
+        Args:
+            message: One line, free of secrets.
+            kind: What failed (see ``INFRASTRUCTURE_KINDS``; ``"error"`` when unknown).
+            retryable: Whether the retry layer may try again.
+            status_code: The HTTP status, when there was one.
+            retry_after: Seconds the server asked to wait before the next attempt.
+        """
         super().__init__(message)
         self.kind = kind
         self.retryable = retryable
@@ -131,18 +148,17 @@ class LLMCallError(VivariumError):
         return self.kind in INFRASTRUCTURE_KINDS
 
 
-class LLMUnavailable(LLMCallError):
+class LLMUnavailable(LLMCallError, RunStoppingError):
     """The LLM infrastructure failed after every retry (``on_llm_error="stop"``).
 
-    Fatal: the engine stops the run before committing the step, with status ``interrupted``,
+    It stops the run: the engine stops before committing the step, with status ``interrupted``,
     so that ``Run.resume()`` redoes the step once the server is back, instead of recording the
     outage as the agent's behaviour.
     """
 
-    fatal = True
-
     @classmethod
     def from_error(cls, exc: LLMCallError) -> LLMUnavailable:
+        """The stop for ``exc``: its message, kind, status and ``retry_after``, not retryable."""
         return cls(
             str(exc),
             kind=exc.kind,
@@ -167,6 +183,7 @@ def set_on_llm_error(mode: str) -> Any:
 
 
 def reset_on_llm_error(token: Any) -> None:
+    """Restore the mode ``set_on_llm_error`` replaced."""
     _on_llm_error.reset(token)
 
 
@@ -176,13 +193,14 @@ def current_on_llm_error() -> str:
 
 
 def run_stopper(exc: BaseException) -> BaseException | None:
-    """The error that must stop the run for ``exc``, or None when ``exc`` is the agent's own
-    failure (to be recorded as its fallback).
+    """The error that must stop the run for ``exc``.
 
-    A fatal error stops it as it is; an infrastructure failure (after the gateway's retries)
+    None when ``exc`` is the agent's own failure (to be recorded as its fallback).
+
+    A ``RunStoppingError`` stops it as it is; an infrastructure failure (after the retries)
     stops it as ``LLMUnavailable``, unless the run asked for fallbacks (``on_llm_error``).
     """
-    if getattr(exc, "fatal", False):
+    if isinstance(exc, RunStoppingError):
         return exc
     if isinstance(exc, LLMCallError) and exc.infrastructure and _on_llm_error.get() == "stop":
         return LLMUnavailable.from_error(exc)
@@ -204,27 +222,73 @@ def stop_if_unavailable(exc: BaseException) -> None:
 
 @runtime_checkable
 class LLMGateway(Protocol):
-    """Anything with ``chat`` and ``achat`` returning an ``LLMResponse`` is a gateway."""
+    """The gateway contract: ``chat`` and ``achat`` return one normalized ``LLMResponse``.
 
-    def chat(self, **request: Any) -> LLMResponse: ...
+    Policies call nothing else. The keyword arguments are the fields of ``LLMRequest``
+    (model, messages, tools, tool_choice, temperature, max_tokens, seed). A failed call raises
+    ``LLMCallError``.
+    """
 
-    async def achat(self, **request: Any) -> LLMResponse: ...
+    def chat(self, **request: Any) -> LLMResponse:
+        """Send one chat request and wait for its reply (blocking)."""
+        ...
+
+    async def achat(self, **request: Any) -> LLMResponse:
+        """Send one chat request and await its reply."""
+        ...
 
 
 class GatewayBase:
-    """Keyword ``chat``/``achat`` on top of ``complete``/``acomplete`` (what layers implement)."""
+    """Keyword ``chat``/``achat`` on top of ``complete``/``acomplete`` (what layers implement).
+
+    A layer that wraps another keeps it as ``inner`` (see ``stack.layers``).
+    """
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` (blocking); every layer implements it."""
         raise NotImplementedError
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` on the event loop (default: ``complete``, blocking the loop)."""
         return self.complete(request)
 
     def chat(self, **request: Any) -> LLMResponse:
+        """``complete`` with the request's fields as keyword arguments."""
         return self.complete(LLMRequest(**request))
 
     async def achat(self, **request: Any) -> LLMResponse:
+        """``acomplete`` with the request's fields as keyword arguments."""
         return await self.acomplete(LLMRequest(**request))
+
+
+def complete_via(inner: LLMGateway | GatewayBase, request: LLMRequest) -> LLMResponse:
+    """Call the layer below: with ``complete`` if it is a layer, else a plain ``chat`` gateway.
+
+    Args:
+        inner: The gateway a layer wraps.
+        request: The request to send.
+
+    Returns:
+        The reply of ``inner``.
+    """
+    if hasattr(inner, "complete"):
+        return inner.complete(request)
+    return inner.chat(**request.model_dump(exclude_none=True))
+
+
+async def acomplete_via(inner: LLMGateway | GatewayBase, request: LLMRequest) -> LLMResponse:
+    """``complete_via`` for the event loop (``acomplete``, else ``achat``).
+
+    Args:
+        inner: The gateway a layer wraps.
+        request: The request to send.
+
+    Returns:
+        The reply of ``inner``.
+    """
+    if hasattr(inner, "acomplete"):
+        return await inner.acomplete(request)
+    return await inner.achat(**request.model_dump(exclude_none=True))
 
 
 # -- call records ------------------------------------------------------------------------------
@@ -244,6 +308,7 @@ class CallRecord:
     error: str | None = None
 
     def row(self, agent_idx: int) -> tuple[Any, ...]:
+        """The ``llm_calls`` row of this attempt for the agent at ``agent_idx``."""
         return (
             agent_idx,
             self.attempt,
@@ -260,6 +325,7 @@ class CallRecord:
 
     @classmethod
     def from_response(cls, response: LLMResponse, attempt: int) -> CallRecord:
+        """The record of a successful attempt (number ``attempt``) that gave ``response``."""
         return cls(
             attempt=attempt,
             model=response.model,
@@ -300,6 +366,7 @@ def start_collecting() -> tuple[list[CallRecord], Any]:
 
 
 def stop_collecting(token: Any) -> None:
+    """End what ``start_collecting`` began (its token)."""
     calls, seen = token
     _occurrences.reset(seen)
     _calls.reset(calls)
@@ -316,8 +383,11 @@ def next_occurrence(key: str) -> int:
 
 @contextlib.contextmanager
 def decision_deadline(seconds: float | None) -> Iterator[None]:
-    """Say, for the calls made inside, that the engine cancels them after ``seconds`` (its
-    agent timeout), so a cancelled attempt is recorded with that reason."""
+    """Say, for the calls made inside, that the engine cancels them after ``seconds``.
+
+    ``seconds`` is the engine's agent timeout: a cancelled attempt is recorded with it as its
+    reason.
+    """
     if seconds is None:
         yield
         return
@@ -334,8 +404,12 @@ def cancel_deadline() -> tuple[float, float] | None:
 
 
 def cancel_reason() -> str | None:
-    """Why the running call is being cancelled: the agent timeout when its deadline has
-    passed, else None (the run is stopping, or the caller gave up)."""
+    """Why the running call is being cancelled.
+
+    Returns:
+        The agent timeout when its deadline has passed, else None (the run is stopping, or
+        the caller gave up).
+    """
     deadline = _deadline.get()
     if deadline is None:
         return None
@@ -374,8 +448,23 @@ def current_attempt() -> int:
 
 @contextlib.contextmanager
 def attempt_number(n: int) -> Iterator[None]:
-    token = _attempt.set(n)
+    """Run the calls inside as attempt ``n`` (the retry layer sets it; records read it)."""
+    token = set_attempt(n)
     try:
         yield
     finally:
-        _attempt.reset(token)
+        reset_attempt(token)
+
+
+def set_attempt(n: int) -> Any:
+    """``attempt_number`` without the context manager, for the per-call hot path.
+
+    Returns:
+        The token for ``reset_attempt``.
+    """
+    return _attempt.set(n)
+
+
+def reset_attempt(token: Any) -> None:
+    """Restore the attempt number ``set_attempt`` replaced."""
+    _attempt.reset(token)

@@ -1,4 +1,8 @@
-"""Record/replay: a cassette of LLM replies keyed by request hash, so runs replay offline.
+"""The cache layer of a gateway stack: a cassette of LLM replies, so runs replay offline.
+
+The cache sits on top of the stack (cache -> retry -> rate limit -> provider): a replayed reply
+costs no attempt and no place in the rate limit, and a call stored after its retries carries
+the records of every attempt.
 
 A ``Cassette`` is one SQLite file (WAL, 30 s busy timeout) that several processes may write at
 once: each write is one short ``BEGIN IMMEDIATE`` transaction. Each row keeps the request, the
@@ -29,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from vivarium.errors import ConfigError
+from vivarium.errors import ConfigError, RunStoppingError
 from vivarium.gateways.base import (
     CallRecord,
     GatewayBase,
@@ -37,15 +41,16 @@ from vivarium.gateways.base import (
     LLMGateway,
     LLMRequest,
     LLMResponse,
+    acomplete_via,
     cancel_deadline,
     cancel_reason,
     collect_calls,
+    complete_via,
     current_attempt,
     current_on_llm_error,
     next_occurrence,
     record_call,
 )
-from vivarium.gateways.retry import acomplete_via, complete_via
 from vivarium.seeding import canonical_json, digest
 
 CASSETTE_FORMAT = "vivarium-cassette"
@@ -76,15 +81,15 @@ class CassetteError(LLMCallError):
     """A cassette file cannot be opened, is not a cassette, or cannot be written."""
 
     def __init__(self, message: str) -> None:
+        """Say what is wrong with the file, in one line."""
         super().__init__(message, kind="cassette", retryable=False)
 
 
-class AgentTimeoutMismatch(LLMCallError):
-    """The recording cancelled this call at its agent timeout; the replay has none."""
-
-    fatal = True
+class AgentTimeoutMismatch(LLMCallError, RunStoppingError):
+    """The recording cancelled this call at its agent timeout; the replay has none: it stops."""
 
     def __init__(self, reason: str) -> None:
+        """Name the recorded ``reason`` (``cancelled: agent timeout after 2 s``)."""
         super().__init__(
             f"the recorded call was {reason}, and this run has no agent timeout: replay it "
             f"with the recorded agent_timeout",
@@ -92,10 +97,8 @@ class AgentTimeoutMismatch(LLMCallError):
         )
 
 
-class CacheMissError(LLMCallError):
-    """Replay found no recorded reply for a request. The engine adds the agent and step."""
-
-    fatal = True
+class CacheMissError(LLMCallError, RunStoppingError):
+    """Replay found no recorded reply for a request: the run stops (the engine adds the step)."""
 
     def __init__(
         self,
@@ -104,6 +107,14 @@ class CacheMissError(LLMCallError):
         cassette: str | os.PathLike[str],
         recorded_models: list[str] | None = None,
     ) -> None:
+        """Name the request and the cassette, and the models it holds when ``model`` is not one.
+
+        Args:
+            request_hash: The key that was missing.
+            model: The request's model.
+            cassette: The cassette's path.
+            recorded_models: The models the cassette holds replies of (None: unknown).
+        """
         hint = ""
         if recorded_models is not None and model not in recorded_models:
             # The usual mistake: a cassette recorded with another model (or none at all).
@@ -121,8 +132,7 @@ class CacheMissError(LLMCallError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CachedReply:
-    """One cassette row: the stored response JSON (or failure) and the call records that
-    produced it."""
+    """One cassette row: the stored response JSON (or failure) and the records that produced it."""
 
     response_json: str
     attempts: list[dict[str, Any]]
@@ -133,8 +143,10 @@ class CachedReply:
         return self.response_json.startswith(_FAILURE_PREFIX)
 
     def error(self) -> LLMCallError:
-        """The stored failure as the same error (class name, message, kind); an attempt the
-        agent timeout cancelled as ``AgentTimeoutCall``."""
+        """The stored failure as the same error (class name, message, kind).
+
+        An attempt the agent timeout cancelled comes back as ``AgentTimeoutCall``.
+        """
         data = json.loads(self.response_json)["failure"]
         return _error_class(data["type"])(
             data["message"],
@@ -145,11 +157,13 @@ class CachedReply:
         )
 
     def response(self, *, cache_hit: bool) -> LLMResponse:
+        """The stored reply, flagged ``cache_hit`` as asked."""
         response = LLMResponse.model_validate_json(self.response_json)
         response.cache_hit = cache_hit
         return response
 
     def records(self, *, cache_hit: bool) -> list[CallRecord]:
+        """The stored call records (every attempt), flagged ``cache_hit`` as asked."""
         return [CallRecord(**{**a, "cache_hit": cache_hit}) for a in self.attempts]
 
 
@@ -180,17 +194,16 @@ class AgentTimeoutCall(LLMCallError):
     """A call the engine cancelled at its agent timeout, as the cassette stores it."""
 
     def __init__(self, message: str, **fields: Any) -> None:
+        """An ``LLMCallError`` of kind ``agent_timeout`` (other fields as stored)."""
         super().__init__(message, **{**fields, "kind": AGENT_TIMEOUT})
 
 
-class ReplayedAgentTimeout(TimeoutError):
+class ReplayedAgentTimeout(RunStoppingError, TimeoutError):
     """A recorded agent timeout, replayed: the decision attempt ends as it did when recorded.
 
-    A ``TimeoutError`` (the engine's timeout path) marked ``fatal``, so that policies, which
-    turn other errors into fallbacks, let it through.
+    A ``TimeoutError`` (the engine's timeout path) and a ``RunStoppingError``, so that policies,
+    which turn other errors into fallbacks, let it through.
     """
-
-    fatal = True
 
 
 AGENT_TIMEOUT = "agent_timeout"
@@ -198,8 +211,10 @@ AGENT_TIMEOUT = "agent_timeout"
 
 @functools.cache
 def _error_class(name: str) -> type[LLMCallError]:
-    """``LLMCallError``, or a subclass of it with the stored class name: the policy's fallback
-    reason names the class, so a replayed failure must carry the same name."""
+    """``LLMCallError``, or a subclass of it with the stored class name.
+
+    The policy's fallback reason names the class, so a replayed failure must carry the same name.
+    """
     if name == LLMCallError.__name__:
         return LLMCallError
     if name == AgentTimeoutCall.__name__:
@@ -212,11 +227,14 @@ def _describe(error: BaseException) -> str:
 
 
 def storable(error: BaseException) -> bool:
-    """Whether a failed call belongs in the cassette: an ``LLMCallError`` the policy records
-    (never a fatal one such as a replay miss, nor a cassette that cannot be written)."""
+    """Whether a failed call belongs in the cassette.
+
+    It does when it is an ``LLMCallError`` the policy records: never a ``RunStoppingError``
+    such as a replay miss, nor a cassette that cannot be written.
+    """
     return (
         isinstance(error, LLMCallError)
-        and not error.fatal
+        and not isinstance(error, RunStoppingError)
         and not isinstance(error, CassetteError)
         and error.kind != "cassette"
     )
@@ -226,6 +244,12 @@ class Cassette:
     """An SQLite file of recorded replies, safe for several processes and threads at once."""
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
+        """Open (or create, unless ``readonly``) the cassette at ``path``.
+
+        Raises:
+            CassetteError: The file cannot be opened, is not a cassette, or needs a newer
+                Vivarium.
+        """
         self.path = Path(path)
         self.readonly = readonly  # replay never writes, so a committed cassette stays unchanged
         self._lock = threading.Lock()
@@ -234,6 +258,7 @@ class Cassette:
         self._connection()  # open now, so a wrong file is reported at once
 
     def __repr__(self) -> str:
+        """The cassette's path."""
         return f"Cassette({str(self.path)!r})"
 
     # -- opening -----------------------------------------------------------------------------
@@ -318,6 +343,11 @@ class Cassette:
 
     # -- rows --------------------------------------------------------------------------------
     def get(self, request_hash: str) -> CachedReply | None:
+        """The row stored under ``request_hash`` (None when there is none).
+
+        Raises:
+            CassetteError: The file cannot be read.
+        """
         with self._lock:
             try:
                 row = (
@@ -385,10 +415,12 @@ class Cassette:
         return CachedReply(stored[0], json.loads(stored[1] or "[]"))
 
     def __len__(self) -> int:
+        """The number of stored calls."""
         with self._lock:
             return int(self._connection().execute("SELECT count(*) FROM replies").fetchone()[0])
 
     def __contains__(self, request_hash: object) -> bool:
+        """Whether a call is stored under ``request_hash``."""
         return isinstance(request_hash, str) and self.get(request_hash) is not None
 
     def models(self) -> list[str]:
@@ -398,6 +430,7 @@ class Cassette:
             return [r[0] for r in rows]
 
     def hashes(self) -> list[str]:
+        """The keys of every stored call, sorted."""
         with self._lock:
             rows = self._connection().execute(
                 "SELECT request_hash FROM replies ORDER BY request_hash"
@@ -405,6 +438,7 @@ class Cassette:
             return [r[0] for r in rows]
 
     def close(self) -> None:
+        """Close this process's connection (leaving one self-contained file when it can)."""
         with self._lock:
             if self._con is not None and self._pid == os.getpid():
                 # Leave one self-contained file when no one else has it open (a cassette is
@@ -417,9 +451,11 @@ class Cassette:
             self._con = None
 
     def __enter__(self) -> Cassette:
+        """The open cassette."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close it."""
         self.close()
 
 
@@ -456,6 +492,8 @@ def _rollback(con: sqlite3.Connection) -> None:
 
 @dataclasses.dataclass(slots=True)
 class CacheStats:
+    """What a ``CachingGateway`` did: replies replayed, calls missed, rows written."""
+
     hits: int = 0
     misses: int = 0
     writes: int = 0
@@ -470,6 +508,17 @@ class CachingGateway(GatewayBase):
         cassette: Cassette | str | os.PathLike[str],
         mode: CacheMode = "auto",
     ) -> None:
+        """Wrap ``inner`` (None only to replay) with ``cassette`` in ``mode``.
+
+        Args:
+            inner: The stack below (retry -> rate limit -> provider).
+            cassette: A ``Cassette``, or the path of one: the layer then owns and closes it.
+            mode: ``record`` (always call, store), ``replay`` (never call), ``auto`` (replay,
+                record misses).
+
+        Raises:
+            ConfigError: An unknown mode, or no gateway to record from.
+        """
         if mode not in MODES:
             raise ConfigError(f"cache mode must be 'record', 'replay' or 'auto', not {mode!r}")
         if inner is None and mode != "replay":
@@ -487,6 +536,7 @@ class CachingGateway(GatewayBase):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
+        """The layer, its cassette and mode, and the stack below it."""
         return f"CachingGateway({self.inner!r}, {self.cassette!r}, mode={self.mode!r})"
 
     def _count(self, field: str) -> None:
@@ -495,8 +545,11 @@ class CachingGateway(GatewayBase):
 
     @staticmethod
     def _key(request: LLMRequest) -> str:
-        """The row of this call: the request hash, or for the n-th time a decision sends the
-        same request (a retried decision, a repeated workflow step) a hash of both."""
+        """The row of this call: the request hash, or a hash of both for a repeat.
+
+        A repeat is the n-th time a decision sends the same request (a retried decision, a
+        repeated workflow step).
+        """
         request_hash = request.request_hash()
         n = next_occurrence(request_hash)
         return request_hash if n == 1 else digest(f"{request_hash}#{n}")
@@ -564,9 +617,11 @@ class CachingGateway(GatewayBase):
     def _failed(
         self, request: LLMRequest, key: str, exc: BaseException, records: list[CallRecord]
     ) -> None:
-        """Pass the attempts on, and keep a failed call (after its retries) or a call the
-        agent timeout cancelled, so that a replay ends the same way. A call cancelled for
-        another reason (the run is stopping) is not kept."""
+        """Pass the attempts on, and keep a failed call so that a replay ends the same way.
+
+        Kept: a call that failed after its retries, or one the agent timeout cancelled. A call
+        cancelled for another reason (the run is stopping) is not kept.
+        """
         self._pass_on(records)
         error: LLMCallError | None = None
         if isinstance(exc, LLMCallError) and storable(exc):
@@ -589,6 +644,12 @@ class CachingGateway(GatewayBase):
         self._count("writes")
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        """The stored reply for ``request``, or the layer below's, stored (per ``mode``).
+
+        Raises:
+            LLMCallError: A stored failure, replayed; or the failure of the layer below.
+            CacheMissError: Replay mode, and nothing stored for ``request``.
+        """
         key = self._key(request)
         hit = self._lookup(request, key)
         if hit is not None:
@@ -604,6 +665,7 @@ class CachingGateway(GatewayBase):
         return self._store(request, key, response, records)
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        """``complete`` for the event loop."""
         key = self._key(request)
         hit = self._lookup(request, key)
         if hit is not None:
@@ -619,5 +681,6 @@ class CachingGateway(GatewayBase):
         return self._store(request, key, response, records)
 
     def close(self) -> None:
+        """Close the cassette if this layer opened it (the run's end)."""
         if self._owns_cassette:
             self.cassette.close()

@@ -1,15 +1,16 @@
-"""Real providers through LiteLLM, with our own retry loop so that every attempt is recorded.
+"""The provider of a gateway stack for real models: one attempt per call, through LiteLLM.
 
 Models on OpenAI-compatible servers (``openai/<name>`` with an ``api_base``: vLLM, llama.cpp,
 Ollama's ``/v1``, proxies) are called directly over HTTP by default (``transport="auto"``, see
 ``openai_http``): the same request body, the same normalized reply and the same error records
 as through litellm, for a twentieth of its CPU per call. ``transport="litellm"`` forces litellm.
 
-LiteLLM (and the OpenAI client under it) would retry silently; here both are told not to, and
-this gateway retries rate limits, server errors, timeouts and broken connections itself, with a
-deterministic backoff, writing one call record per attempt. Given a shared ``RateLimiter``, every
-attempt (retries too) waits for it, so the provider never sees more requests than the limit
-allows. ``litellm`` is never imported by ``import vivarium.gateways``, and never on the event
+LiteLLM (and the OpenAI client under it) would retry silently; here both are told not to. This
+gateway makes one attempt per call, writes its call record, and turns any failure into an
+``LLMCallError`` that says what failed (``classify``: rate limits, server errors, timeouts and
+broken connections are retryable, with the server's ``Retry-After``); the retry layer above it
+(``retry.RetryGateway``, composed by ``stack``) retries, and the rate limit layer between them
+admits each attempt. ``litellm`` is never imported by ``import vivarium.gateways``, and never on the event
 loop: importing it takes seconds, during which every call in flight would stall (and be
 recorded as slow, or time out without reaching the server). ``prepare(models)``, called when a
 run's gateway is built, imports it for models that go through litellm or that its price map can
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from vivarium.errors import ConfigError, squash
+from vivarium.errors import ConfigError, MissingDependency, squash
 from vivarium.gateways.base import (
     CallRecord,
     GatewayBase,
@@ -47,7 +48,6 @@ from vivarium.gateways.base import (
     LLMResponse,
     ToolCall,
     Usage,
-    attempt_number,
     cancelled_record,
     current_attempt,
     record_call,
@@ -63,8 +63,7 @@ from vivarium.gateways.openai_http import (
     post,
     wire_model,
 )
-from vivarium.gateways.ratelimit import RateLimiter, estimate_tokens
-from vivarium.gateways.retry import SleepFn, asleep_with, backoff_delay
+from vivarium.optional import available, require
 
 LOCAL_API_KEY = "sk-local"
 OPENAI_API_BASE = "https://api.openai.com/v1"
@@ -83,11 +82,9 @@ def _import_litellm() -> Any:
         if _litellm is None:
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             try:
-                import litellm
-            except ImportError:
-                raise LLMCallError(
-                    "LiteLLMGateway needs litellm: pip install 'vivarium-lab[llm]'", kind="config"
-                ) from None
+                litellm = require("litellm")
+            except MissingDependency as exc:  # the run's LLM cannot be reached: say how to fix
+                raise LLMCallError(str(exc), kind="config") from None
             litellm.telemetry = False
             litellm.suppress_debug_info = True
             litellm.set_verbose = False
@@ -99,8 +96,11 @@ def _import_litellm() -> Any:
 
 @functools.cache
 def _price_map_names() -> frozenset[str] | None:
-    """Model names in litellm's bundled price map, read without importing litellm (~0.1 s
-    against 3-4 s); None when litellm or its map file is not there."""
+    """Model names in litellm's bundled price map, read without importing litellm.
+
+    Reading the map takes ~0.1 s against 3-4 s for the import. None when litellm or its map
+    file is not there.
+    """
     try:
         spec = importlib.util.find_spec("litellm")
     except (ImportError, ValueError):
@@ -117,7 +117,9 @@ def _price_map_names() -> frozenset[str] | None:
 
 def _in_price_map(model: str) -> bool:
     """Whether litellm could price ``model`` (``openai/gpt-4o-mini`` is ``gpt-4o-mini``).
-    When the map cannot be read, only litellm can tell: True if it is installed."""
+
+    When the map cannot be read, only litellm can tell: True if it is installed.
+    """
     names = _price_map_names()
     if names is None:
         return importlib.util.find_spec("litellm") is not None
@@ -258,16 +260,10 @@ def _int(value: Any) -> int:
 class LiteLLMGateway(GatewayBase):
     """Any provider LiteLLM supports, e.g. ``openai/<name>`` on a local OpenAI-compatible server.
 
-    ``num_retries`` retries after the first attempt: rate limits (honouring ``Retry-After``),
-    5xx, timeouts, broken connections and replies that are not JSON. 4xx errors are not retried.
-    ``extra`` is passed to ``litellm.completion`` as is (e.g. ``{"drop_params": True}``); with
-    ``transport="direct"`` it is merged into the request body instead.
-    ``limiter`` (shared by a run's agents) admits each attempt, retries included.
-    ``transport``: ``"auto"`` calls ``openai/`` models with an ``api_base`` (and no ``extra``,
-    and no proxy configured for it) directly over HTTP and everything else through litellm;
-    ``"litellm"`` always uses litellm; ``"direct"`` always goes direct (``openai/`` or
-    ``hosted_vllm/`` models only; blocking calls then ignore proxy settings).
-
+    One attempt per call: a failure raises an ``LLMCallError`` whose ``retryable`` says whether
+    the retry layer should try again (rate limits, with the server's ``Retry-After``; 5xx,
+    timeouts, broken connections and replies that are not JSON) or not (4xx). Used alone, a
+    call is never retried; ``stack.build_gateway`` puts it under the retry layer.
     """
 
     def __init__(
@@ -275,18 +271,29 @@ class LiteLLMGateway(GatewayBase):
         api_base: str | None = None,
         api_key: str | None = None,
         timeout: float = 60.0,
-        num_retries: int = 2,
-        retry_backoff: float = 0.5,
-        max_backoff: float = 8.0,
         custom_llm_provider: str | None = None,
         extra: dict[str, Any] | None = None,
-        max_retry_after: float = 60.0,
-        sleep: SleepFn | None = None,
-        limiter: RateLimiter | None = None,
         transport: str = "auto",
     ) -> None:
-        if num_retries < 0:
-            raise ValueError("num_retries must be >= 0")
+        """Say where calls go and how.
+
+        Args:
+            api_base: The server's base URL (``http://127.0.0.1:8080/v1``); None for the
+                provider's own. A local server without ``api_key`` gets a placeholder key.
+            api_key: Never shown in a repr, an error, a record or a reply.
+            timeout: Seconds one attempt may take.
+            custom_llm_provider: Passed to litellm as is.
+            extra: Passed to ``litellm.completion`` as is (e.g. ``{"drop_params": True}``);
+                with ``transport="direct"`` merged into the request body instead.
+            transport: ``"auto"`` calls ``openai/`` models with an ``api_base`` (and no
+                ``extra``, and no proxy configured for it) directly over HTTP and everything
+                else through litellm; ``"litellm"`` always uses litellm; ``"direct"`` always
+                goes direct (``openai/`` or ``hosted_vllm/`` models only; blocking calls then
+                ignore proxy settings).
+
+        Raises:
+            ValueError: An unknown transport.
+        """
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
         if api_key is None and api_base is not None:
@@ -298,24 +305,19 @@ class LiteLLMGateway(GatewayBase):
         self._prepare_lock = threading.Lock()
 
         self.timeout = timeout
-        self.num_retries = num_retries
-        self.retry_backoff = retry_backoff
-        self.max_backoff = max_backoff
-        self.max_retry_after = max_retry_after
         self.custom_llm_provider = custom_llm_provider
         self.extra = dict(extra or {})
-        self.sleep = sleep  # injectable for tests: waits between attempts
-        self.limiter = limiter
         self.transport = transport
 
     def __repr__(self) -> str:
+        """Where calls go, with the key hidden."""
         return (
             f"LiteLLMGateway(api_base={self.api_base!r}, api_key={self._api_key!r}, "
-            f"timeout={self.timeout}, num_retries={self.num_retries}, "
-            f"transport={self.transport!r})"
+            f"timeout={self.timeout}, transport={self.transport!r})"
         )
 
     def __getstate__(self) -> dict[str, Any]:
+        """The state to pickle: the key in clear (for worker processes), nothing prepared."""
         # Pickling (e.g. to worker processes) keeps the key; __repr__ and errors never show it.
         state = dict(self.__dict__)
         state["_api_key"] = self._api_key.get()
@@ -325,6 +327,7 @@ class LiteLLMGateway(GatewayBase):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a pickled gateway, its key hidden again."""
         state = dict(state)
         state["_api_key"] = _Secret(state.get("_api_key"))
         state["_prepare_lock"] = threading.Lock()
@@ -369,8 +372,11 @@ class LiteLLMGateway(GatewayBase):
         return None if behind_proxy(self.api_base) else name
 
     def _direct_senders(self, request: LLMRequest, model: str) -> tuple[Any, Any]:
-        """(blocking, async) senders of a direct call: the body litellm's openai provider
-        sends; the reply scrubbed of the one secret the server was given (the key)."""
+        """(blocking, async) senders of a direct call.
+
+        They send the body litellm's openai provider sends, and scrub the reply of the one
+        secret the server was given (the key).
+        """
         url = chat_url(self.api_base or os.environ.get("OPENAI_BASE_URL") or OPENAI_API_BASE)
         key = self._api_key.get() or os.environ.get("OPENAI_API_KEY")
         body = chat_body(request, model, self.extra if self.transport == "direct" else None)
@@ -381,9 +387,13 @@ class LiteLLMGateway(GatewayBase):
         )
 
     def prepare(self, models: Iterable[str]) -> None:
-        """Settle, before a run, what the first call of each model would otherwise do inside
-        the event loop: import litellm (3-4 s) when the model goes through it or its price map
-        can price it; otherwise note the model as unpriced, and litellm is never imported.
+        """Settle, before a run, what the first call of each model would do on the event loop.
+
+        That is: import litellm (3-4 s) when the model goes through it or its price map can
+        price it; otherwise note the model as unpriced, and litellm is never imported.
+
+        Args:
+            models: The models the run will call.
         """
         for model in models:
             self._prepare_model(model)
@@ -413,11 +423,13 @@ class LiteLLMGateway(GatewayBase):
             self._prepared.add(model)
 
     def _warm_up(self, model: str) -> None:
-        """One blocking and one async call through litellm to a throwaway local server that
-        answers at once. On its first call litellm imports the OpenAI client and its provider
+        """One blocking and one async call through litellm to a throwaway local server.
+
+        The server answers at once. On its first call litellm imports the OpenAI client and its provider
         code (~2 s, hundreds of modules): done here, that time is in no recorded latency and
         stalls no call in flight. Only for OpenAI-compatible models, which honour ``api_base``:
-        nothing leaves this machine."""
+        nothing leaves this machine.
+        """
         kwargs = self._kwargs(_warm_up_request(model))
         kwargs.update(api_key=LOCAL_API_KEY, timeout=30.0)
         with _CannedServer() as url:
@@ -432,8 +444,11 @@ class LiteLLMGateway(GatewayBase):
             thread.join(timeout=60)
 
     async def _aprepare_model(self, model: str) -> None:
-        """``_prepare_model`` off the event loop: concurrent first calls all wait for it
-        before their clocks start, so no call is in flight while litellm is imported."""
+        """``_prepare_model`` off the event loop.
+
+        Concurrent first calls all wait for it before their clocks start, so no call is in
+        flight while litellm is imported.
+        """
         if model not in self._prepared:
             await asyncio.to_thread(self._prepare_model, model)
 
@@ -461,10 +476,6 @@ class LiteLLMGateway(GatewayBase):
             except Exception:  # unknown model or provider
                 self._unpriced.add(name)
         return None
-
-    def _attempt_base(self) -> int:
-        """Attempt numbers stay unique when an outer retry layer wraps this one."""
-        return (current_attempt() - 1) * (self.num_retries + 1)
 
     def _normalize(self, reply: Any, request: LLMRequest, latency_ms: float) -> LLMResponse:
         choices = _get(reply, "choices") or []
@@ -540,37 +551,15 @@ class LiteLLMGateway(GatewayBase):
             text, kind=kind, retryable=retryable, status_code=status, retry_after=retry_after
         )
 
-    def _give_up(self, error: LLMCallError, request: LLMRequest, attempts: int) -> LLMCallError:
-        tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
-        message = squash(f"{request.model}: {error} (after {tries})", 2 * _MAX_ERROR_CHARS)
-        return LLMCallError(
-            message,
-            kind=error.kind,
-            retryable=error.retryable,
-            status_code=error.status_code,
-            retry_after=error.retry_after,
-        )
-
-    def _delay(self, request: LLMRequest, attempt: int, error: LLMCallError) -> float:
-        return backoff_delay(
-            attempt,
-            backoff=self.retry_backoff,
-            max_backoff=self.max_backoff,
-            key=request.request_hash(),
-            retry_after=error.retry_after,
-            max_retry_after=self.max_retry_after,
-        )
-
-    def _used(self, response: LLMResponse, ticket: Any) -> None:
-        """Tell the limiter what a reply used (a failed attempt keeps its estimate)."""
-        if self.limiter is not None and ticket is not None:
-            usage = response.usage
-            used = usage.total_tokens or usage.prompt_tokens + usage.completion_tokens
-            self.limiter.record_tokens(used, ticket)
-
     def check_reachable(self) -> None:
-        """Fail fast, in one line, when nothing listens at ``api_base`` (a wrong port, a server
-        not started yet): otherwise every call of the run would fail into a fallback ``noop``."""
+        """Fail fast, in one line, when nothing listens at ``api_base``.
+
+        A wrong port, a server not started yet: otherwise every call of the run would fail into
+        a fallback ``noop``.
+
+        Raises:
+            ConfigError: Nothing accepts a connection at ``api_base``.
+        """
         if self.api_base is None or behind_proxy(self.api_base):
             return
         parts = urlsplit(self.api_base)
@@ -595,69 +584,52 @@ class LiteLLMGateway(GatewayBase):
         return lambda: litellm.completion(**kwargs), lambda: litellm.acompletion(**kwargs)
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        """Make one attempt at ``request`` (blocking) and record it.
+
+        Raises:
+            LLMCallError: The attempt failed (classified, scrubbed of secrets, on record).
+        """
         self._prepare_model(request.model)
         send, _ = self._sender(request)
-        base = self._attempt_base()
-        attempts = self.num_retries + 1
-        estimate = estimate_tokens(request) if self.limiter is not None else 0
-        for k in range(1, attempts + 1):
-            admitted = (
-                self.limiter.acquire_sync(estimate)
-                if self.limiter is not None
-                else contextlib.nullcontext()
-            )
-            with attempt_number(base + k), admitted as ticket:
-                started = time.perf_counter()
-                try:
-                    reply = send()
-                except Exception as exc:  # every provider error is classified, none escapes raw
-                    error = self._failure(exc, request, base + k, _ms_since(started))
-                else:
-                    response = self._normalize(reply, request, _ms_since(started))
-                    record_call(CallRecord.from_response(response, base + k))
-                    self._used(response, ticket)
-                    return response
-            if not error.retryable or k == attempts:
-                raise self._give_up(error, request, k) from None
-            (self.sleep or time.sleep)(self._delay(request, k, error))
-        raise AssertionError("unreachable")  # pragma: no cover
+        attempt = current_attempt()
+        started = time.perf_counter()
+        try:
+            reply = send()
+        except Exception as exc:  # every provider error is classified, none escapes raw
+            raise self._failure(exc, request, attempt, _ms_since(started)) from None
+        response = self._normalize(reply, request, _ms_since(started))
+        record_call(CallRecord.from_response(response, attempt))
+        return response
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        """Make one attempt at ``request`` on the event loop and record it.
+
+        An attempt cancelled in flight (an agent timeout, a stopping run) is recorded too.
+
+        Raises:
+            LLMCallError: The attempt failed (classified, scrubbed of secrets, on record).
+        """
         await self._aprepare_model(request.model)
         _, send = self._sender(request)
-        base = self._attempt_base()
-        attempts = self.num_retries + 1
-        estimate = estimate_tokens(request) if self.limiter is not None else 0
-        for k in range(1, attempts + 1):
-            admitted = (
-                self.limiter.acquire(estimate)
-                if self.limiter is not None
-                else contextlib.nullcontext()
-            )
-            with attempt_number(base + k):
-                async with admitted as ticket:
-                    started = time.perf_counter()
-                    try:
-                        reply = await send()
-                    except asyncio.CancelledError:  # an agent timeout, a stopping run
-                        record_call(cancelled_record(request, base + k, _ms_since(started)))
-                        raise
-                    except Exception as exc:
-                        error = self._failure(exc, request, base + k, _ms_since(started))
-                    else:
-                        response = self._normalize(reply, request, _ms_since(started))
-                        record_call(CallRecord.from_response(response, base + k))
-                        self._used(response, ticket)
-                        return response
-            if not error.retryable or k == attempts:
-                raise self._give_up(error, request, k) from None
-            await asleep_with(self.sleep, self._delay(request, k, error))
-        raise AssertionError("unreachable")  # pragma: no cover
+        attempt = current_attempt()
+        started = time.perf_counter()
+        try:
+            reply = await send()
+        except asyncio.CancelledError:  # an agent timeout, a stopping run
+            record_call(cancelled_record(request, attempt, _ms_since(started)))
+            raise
+        except Exception as exc:
+            raise self._failure(exc, request, attempt, _ms_since(started)) from None
+        response = self._normalize(reply, request, _ms_since(started))
+        record_call(CallRecord.from_response(response, attempt))
+        return response
 
 
 def _warm_up_request(model: str) -> LLMRequest:
-    """A request of the shape agents send (a tool, a forced choice): litellm imports some of its
-    code only for requests that carry tools (~2 s more)."""
+    """A request of the shape agents send (a tool, a forced choice).
+
+    litellm imports some of its code only for requests that carry tools (~2 s more).
+    """
     tool = {
         "type": "function",
         "function": {
@@ -701,8 +673,10 @@ _CANNED_REPLY = json.dumps(
 
 
 class _CannedServer:
-    """A chat-completions endpoint on 127.0.0.1 that answers every POST with ``_CANNED_REPLY``
-    (for ``LiteLLMGateway._warm_up``); the context gives its base URL."""
+    """A chat-completions endpoint on 127.0.0.1 that answers every POST with ``_CANNED_REPLY``.
+
+    For ``LiteLLMGateway._warm_up``; the context gives its base URL.
+    """
 
     def __enter__(self) -> str:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -739,8 +713,4 @@ def _ms_since(started: float) -> float:
 
 @functools.cache
 def _aiohttp_available() -> bool:
-    try:
-        import aiohttp  # noqa: F401 - litellm depends on it; checked rather than assumed
-    except ImportError:
-        return False
-    return True
+    return available("aiohttp")  # litellm depends on it; checked rather than assumed

@@ -76,6 +76,14 @@ class MockLLMGateway(GatewayBase):
         model: str = "mock",
         latency_fn: Callable[[LLMRequest], float] | None = None,
     ) -> None:
+        """Set what replies derive from and how long they take.
+
+        Args:
+            seed: Replies are a pure function of (seed, request).
+            latency_ms: Each call's latency (slept, and recorded as given).
+            model: The model name used when a request names none.
+            latency_fn: A latency per request instead (tests: calls that finish out of order).
+        """
         self.seed = seed
         self.latency_ms = latency_ms
         self.model = model
@@ -83,21 +91,25 @@ class MockLLMGateway(GatewayBase):
         self.calls = 0  # replies given by this instance (tests use it to see cache hits)
 
     def __repr__(self) -> str:
+        """The mock's seed, latency and model."""
         return (
             f"MockLLMGateway(seed={self.seed}, latency_ms={self.latency_ms}, model={self.model!r})"
         )
 
     # ``model`` may be left out: the gateway's own model name is the default.
     def chat(self, **request: Any) -> LLMResponse:
+        """``GatewayBase.chat``, the mock's model when the request names none."""
         request.setdefault("model", self.model)
         return super().chat(**request)
 
     async def achat(self, **request: Any) -> LLMResponse:
+        """``GatewayBase.achat``, the mock's model when the request names none."""
         request.setdefault("model", self.model)
         return await super().achat(**request)
 
     # -- the reply ---------------------------------------------------------------------------
     def latency_for(self, request: LLMRequest) -> float:
+        """The latency of ``request``, in milliseconds."""
         return float(self.latency_fn(request)) if self.latency_fn is not None else self.latency_ms
 
     def reply(self, request: LLMRequest, latency_ms: float = 0.0) -> LLMResponse:
@@ -144,8 +156,11 @@ class MockLLMGateway(GatewayBase):
 
     @staticmethod
     def _tool_to_call(request: LLMRequest) -> str | None:
-        """The forced function, else ``post_message`` when offered, else the first tool when
-        tools are required; ``None`` means a plain text reply."""
+        """The function the reply calls; ``None`` means a plain text reply.
+
+        The forced function, else ``post_message`` when offered, else the first tool when tools
+        are required.
+        """
         forced = _forced_function(request.tool_choice)
         if forced is not None:
             return forced
@@ -163,12 +178,14 @@ class MockLLMGateway(GatewayBase):
         return response
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        """Sleep the latency (blocking), then give the deterministic reply, on record."""
         latency = self.latency_for(request)
         if latency > 0:
             time.sleep(latency / 1000)
         return self._finish(request, latency)
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        """``complete`` for the event loop; a call cancelled while it waits is on record too."""
         latency = self.latency_for(request)
         if latency > 0:
             started = time.perf_counter()
@@ -199,8 +216,11 @@ def _parameters_of(tools: list[dict[str, Any]] | None, name: str) -> dict[str, A
 def _arguments_from_schema(
     parameters: dict[str, Any], data: bytes, depth: int = 0
 ) -> dict[str, Any]:
-    """Fill the required properties from digest bytes: strings, integers, numbers, booleans,
-    a value of an ``enum``, and nested objects (filled the same way, from their own bytes)."""
+    """Fill the required properties from digest bytes.
+
+    Strings, integers, numbers, booleans, a value of an ``enum``, and nested objects (filled the
+    same way, from their own bytes).
+    """
     choices = parameters.get("anyOf") or parameters.get("oneOf")
     if isinstance(choices, list) and choices:
         # One of several shapes: pick a branch by the digest, then fill it.

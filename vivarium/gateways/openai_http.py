@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from vivarium._version import __version__
 from vivarium.errors import squash
+from vivarium.optional import require
 
 # Model prefixes (litellm provider names) whose servers speak OpenAI's wire format.
 OPENAI_COMPATIBLE = ("openai", "hosted_vllm")
@@ -47,8 +48,11 @@ _MAX_MESSAGE = 300
 
 
 class WireError(Exception):
-    """A failed HTTP exchange, already classified: ``kind`` and ``retryable`` as the gateway's
-    ``classify`` gives them, ``description`` the text a call record shows."""
+    """A failed HTTP exchange, already classified.
+
+    ``kind`` and ``retryable`` are as the gateway's ``classify`` gives them, ``description``
+    the text a call record shows.
+    """
 
     def __init__(
         self,
@@ -59,6 +63,7 @@ class WireError(Exception):
         status_code: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        """Classify one failure (``headers``: the reply's, for ``Retry-After``)."""
         super().__init__(description)
         self.description = description
         self.kind = kind
@@ -87,6 +92,7 @@ def chat_body(request: Any, model: str, extra: Mapping[str, Any] | None = None) 
 
 
 def chat_url(api_base: str) -> str:
+    """The chat-completions endpoint under ``api_base``."""
     return api_base.rstrip("/") + "/chat/completions"
 
 
@@ -106,6 +112,7 @@ def behind_proxy(url: str) -> bool:
 
 
 def headers_for(api_key: str | None) -> dict[str, str]:
+    """The request headers: JSON, and the key as a bearer token when there is one."""
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json",
@@ -185,6 +192,7 @@ def decode_reply(
 
 
 def timeout_error(timeout: float) -> WireError:
+    """The error of an attempt that got no reply within ``timeout`` seconds (retryable)."""
     return WireError(
         f"Timeout: Request timed out after {timeout:g} s",
         kind="timeout",
@@ -194,6 +202,7 @@ def timeout_error(timeout: float) -> WireError:
 
 
 def connection_error(exc: BaseException) -> WireError:
+    """The error of a connection refused, reset or dropped (``exc``; retryable)."""
     detail = squash(exc, _MAX_MESSAGE) or type(exc).__name__
     return WireError(
         f"APIConnectionError (connection broken): {type(exc).__name__}: {detail}",
@@ -208,8 +217,11 @@ _sessions_lock = threading.Lock()
 
 
 async def _closing(loop: asyncio.AbstractEventLoop, session: Any) -> AsyncIterator[None]:
-    """Parked at its ``yield`` for the session's life: ``loop.shutdown_asyncgens()`` (which
-    ``asyncio.run`` calls) resumes it, and it closes the session before the loop goes."""
+    """Parked at its ``yield`` for the session's life.
+
+    ``loop.shutdown_asyncgens()`` (which ``asyncio.run`` calls) resumes it, and it closes the
+    session before the loop goes.
+    """
     try:
         yield
     finally:
@@ -220,7 +232,7 @@ async def _closing(loop: asyncio.AbstractEventLoop, session: Any) -> AsyncIterat
 
 
 async def _session() -> Any:
-    import aiohttp
+    aiohttp = require("aiohttp")
 
     loop = asyncio.get_running_loop()
     entry = _sessions.get(loop)
@@ -255,7 +267,7 @@ async def apost(
     secrets: Sequence[str] = (),
 ) -> WireReply:
     """POST one chat completion on the running loop; the reply's JSON or a ``WireError``."""
-    import aiohttp
+    aiohttp = require("aiohttp")
 
     session = await _session()
     try:

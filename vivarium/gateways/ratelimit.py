@@ -1,4 +1,4 @@
-"""Client-side rate limits shared by all agents of a run: requests/min, tokens/min, concurrency.
+"""The rate limit layer of a gateway stack: requests/min, tokens/min, calls at once.
 
 One ``RateLimiter`` is shared by every agent's gateway, so a run of 1,000 agents stays inside a
 provider's quota instead of collecting 429s. Windows roll over 60 seconds: each admitted call
@@ -7,6 +7,9 @@ tokens when admitted; the gateway then reports what the reply actually used.
 
 Time comes from an injectable ``clock`` and waiting from injectable ``sleep`` / ``asleep``, so
 tests drive the limiter with a fake clock instead of waiting for real minutes.
+
+``RateLimitedGateway`` sits below the retry layer, so each attempt (retries too) waits for the
+limiter: the provider never sees more requests than the limit allows.
 """
 
 from __future__ import annotations
@@ -21,8 +24,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from vivarium.errors import ConfigError
-from vivarium.gateways.base import GatewayBase, LLMGateway, LLMRequest, LLMResponse
-from vivarium.gateways.retry import acomplete_via, complete_via
+from vivarium.gateways.base import (
+    GatewayBase,
+    LLMGateway,
+    LLMRequest,
+    LLMResponse,
+    acomplete_via,
+    complete_via,
+)
 from vivarium.seeding import canonical_json
 
 WINDOW_S = 60.0
@@ -43,17 +52,21 @@ class Ticket:
     __slots__ = ("time", "tokens")
 
     def __init__(self, time: float, tokens: int) -> None:
+        """An entry admitted at ``time`` (the limiter's clock) counting ``tokens``."""
         self.time = time
         self.tokens = tokens
 
     def __repr__(self) -> str:
+        """The entry's time and tokens."""
         return f"Ticket(time={self.time}, tokens={self.tokens})"
 
 
 class RateLimiter:
-    """Admit calls while the last 60 s hold fewer than ``requests_per_minute`` calls and
-    ``tokens_per_minute`` tokens, and at most ``max_concurrent`` calls run at once.
+    """Admit calls while the last 60 s stay under the request and token budgets.
 
+    A call is admitted while the last 60 s hold fewer than ``requests_per_minute`` calls and
+    ``tokens_per_minute`` tokens, and at most ``max_concurrent`` calls run at once (a provider
+    quota; the run's decisions in flight are the engine's ``max_concurrency``).
     ``None`` means no limit of that kind. A single call larger than the token budget is admitted
     once the window is empty (it could never fit otherwise).
     """
@@ -67,6 +80,11 @@ class RateLimiter:
         sleep: Callable[[float], Any] = time.sleep,
         asleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
+        """Set the limits, and the clock and sleeps (injectable for tests).
+
+        Raises:
+            ConfigError: A limit is not a number > 0 (``max_concurrent``: a whole one).
+        """
         for name, value in (
             ("requests_per_minute", requests_per_minute),
             ("tokens_per_minute", tokens_per_minute),
@@ -88,6 +106,7 @@ class RateLimiter:
         self.waits = 0  # times a call had to wait for the window (for tests and progress)
 
     def __repr__(self) -> str:
+        """The three limits."""
         return (
             f"RateLimiter(requests_per_minute={self.requests_per_minute}, "
             f"tokens_per_minute={self.tokens_per_minute}, max_concurrent={self.max_concurrent})"
@@ -147,6 +166,7 @@ class RateLimiter:
 
     # -- sync --------------------------------------------------------------------------------
     def wait_sync(self, estimated_tokens: int = 0) -> Ticket:
+        """Block until the window admits a call of ``estimated_tokens``; its ticket."""
         while True:
             result = self.try_admit(estimated_tokens)
             if isinstance(result, Ticket):
@@ -178,6 +198,7 @@ class RateLimiter:
         return sem
 
     async def wait(self, estimated_tokens: int = 0) -> Ticket:
+        """Await a place in the window for a call of ``estimated_tokens``; its ticket."""
         while True:
             result = self.try_admit(estimated_tokens)
             if isinstance(result, Ticket):
@@ -211,11 +232,13 @@ class RateLimitedGateway(GatewayBase):
         limiter: RateLimiter,
         estimate: Callable[[LLMRequest], int] = estimate_tokens,
     ) -> None:
+        """Wrap ``inner`` behind ``limiter``, reserving ``estimate(request)`` tokens a call."""
         self.inner = inner
         self.limiter = limiter
         self.estimate = estimate
 
     def __repr__(self) -> str:
+        """The layer, its limiter and the stack below it."""
         return f"RateLimitedGateway({self.inner!r}, {self.limiter!r})"
 
     @staticmethod
@@ -224,12 +247,17 @@ class RateLimitedGateway(GatewayBase):
         return usage.total_tokens or usage.prompt_tokens + usage.completion_tokens
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        """Wait for the limiter (blocking), then send ``request`` to the layer below.
+
+        A failed call keeps its estimated tokens in the window; a reply counts what it used.
+        """
         with self.limiter.acquire_sync(self.estimate(request)) as ticket:
             response = complete_via(self.inner, request)
             self.limiter.record_tokens(self._used(response), ticket)
             return response
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        """``complete`` for the event loop: the limiter is awaited."""
         async with self.limiter.acquire(self.estimate(request)) as ticket:
             response = await acomplete_via(self.inner, request)
             self.limiter.record_tokens(self._used(response), ticket)

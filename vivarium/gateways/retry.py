@@ -1,9 +1,11 @@
-"""A generic retry layer, and the backoff rule every retrying gateway shares.
+"""The retry layer of a gateway stack, and the backoff rule it waits by.
 
-``RetryGateway`` retries an inner gateway that raises ``LLMCallError(retryable=True)``. It sets
-the attempt number for the inner call, so each attempt's call record says which try it was, and
-records a failed attempt itself when the inner gateway did not. ``LiteLLMGateway`` retries inside
-itself (it sees provider details such as ``Retry-After``) and uses the same ``backoff_delay``.
+``RetryGateway`` is the only place a call is retried: providers make one attempt and raise an
+``LLMCallError`` that says whether trying again may help (``retryable``) and how long the
+server asked to wait (``retry_after``). Each attempt runs under its attempt number
+(``attempt_number``), so the provider's call record says which try it was; an attempt that failed
+without a record of its own (a third-party gateway) is recorded here. Placed above the rate
+limit layer, every attempt waits for the limiter again: retries count against the limit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vivarium.errors import squash
 from vivarium.gateways.base import (
     CallRecord,
     GatewayBase,
@@ -21,13 +24,20 @@ from vivarium.gateways.base import (
     LLMGateway,
     LLMRequest,
     LLMResponse,
-    attempt_number,
-    collect_calls,
+    acomplete_via,
+    complete_via,
     record_call,
+    reset_attempt,
+    set_attempt,
+    start_collecting,
+    stop_collecting,
 )
 from vivarium.seeding import digest
 
 SleepFn = Callable[[float], Any]
+# How long the message of a call that failed after its retries may get (the provider's error
+# text is cut to half of it).
+MAX_GIVE_UP_CHARS = 600
 
 
 def backoff_delay(
@@ -44,6 +54,17 @@ def backoff_delay(
     The jitter (up to +25 %) comes from a digest of ``key`` and the attempt, not from a random
     generator: agents sending different requests spread out, and a rerun waits the same times.
     A server's ``Retry-After`` wins when it asks for longer (up to ``max_retry_after``).
+
+    Args:
+        attempt: The attempt that just failed, from 1.
+        backoff: The wait after the first failure, in seconds; doubled after each one.
+        max_backoff: The cap on the exponential part.
+        key: What the jitter is derived from (the request hash).
+        retry_after: Seconds the server asked to wait, if it did.
+        max_retry_after: The most a server's ``Retry-After`` is honoured for.
+
+    Returns:
+        The delay in seconds (never negative).
     """
     base = min(max_backoff, backoff * 2 ** max(attempt - 1, 0))
     jitter = int(digest(f"{key}:{attempt}")[:4], 16) / 0xFFFF * 0.25
@@ -53,27 +74,36 @@ def backoff_delay(
     return max(delay, 0.0)
 
 
-def complete_via(inner: Any, request: LLMRequest) -> LLMResponse:
-    """Call a layer with ``complete`` if it has one, else a plain ``chat`` gateway."""
-    if hasattr(inner, "complete"):
-        return inner.complete(request)
-    return inner.chat(**request.model_dump(exclude_none=True))
-
-
-async def acomplete_via(inner: Any, request: LLMRequest) -> LLMResponse:
-    if hasattr(inner, "acomplete"):
-        return await inner.acomplete(request)
-    return await inner.achat(**request.model_dump(exclude_none=True))
-
-
 async def asleep_with(sleep: SleepFn | None, seconds: float) -> None:
-    """Await an injected sleep (sync or async), or ``asyncio.sleep``."""
+    """Await an injected sleep (sync or async), or ``asyncio.sleep`` when none is given.
+
+    Args:
+        sleep: A test's sleep function, blocking or async; None for the real one.
+        seconds: How long to wait.
+    """
     if sleep is None:
         await asyncio.sleep(seconds)
         return
     result = sleep(seconds)
     if inspect.isawaitable(result):
         await result
+
+
+def is_attempt_failure(exc: LLMCallError) -> bool:
+    """Whether ``exc`` is a failed attempt at a call, which the retry layer retries and records.
+
+    Two kinds of error are not, and pass through the layer as they are: a call that could not
+    be made at all (kind ``"config"``: litellm missing, a model the transport cannot send), and
+    the errors of the layers' own types (a cassette error, a replay miss, an outage that stops
+    the run), whose type is what their catchers look at.
+
+    Args:
+        exc: An error raised by the layer below.
+
+    Returns:
+        True for a plain ``LLMCallError`` of any other kind.
+    """
+    return type(exc) is LLMCallError and exc.kind != "config"
 
 
 def _failed_record(request: LLMRequest, attempt: int, exc: LLMCallError) -> CallRecord:
@@ -85,8 +115,27 @@ def _failed_record(request: LLMRequest, attempt: int, exc: LLMCallError) -> Call
     )
 
 
+def _pass_on(records: list[CallRecord]) -> None:
+    for record in records:
+        record_call(record)
+
+
 class RetryGateway(GatewayBase):
-    """Retry an inner gateway on ``LLMCallError(retryable=True)``; other errors pass through."""
+    """Retry the gateway below on ``LLMCallError(retryable=True)``, with a deterministic backoff.
+
+    A call that still fails after ``retries`` retries (or fails with an error that is not
+    retryable) raises one ``LLMCallError`` of the same kind, status and ``retry_after``, whose
+    message names the model and the number of attempts:
+    ``openai/x: ServiceUnavailableError: ... (after 3 attempts)``.
+
+    Attributes:
+        inner: The gateway below (the rate limit layer, or a provider).
+        retries: Retries after the first attempt.
+        backoff: The first wait in seconds, doubled after each failure (see ``backoff_delay``).
+        max_backoff: The cap on that wait.
+        max_retry_after: The most a server's ``Retry-After`` is honoured for.
+        sleep: An injected sleep (tests); None waits for real.
+    """
 
     def __init__(
         self,
@@ -95,16 +144,24 @@ class RetryGateway(GatewayBase):
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         sleep: SleepFn | None = None,
+        max_retry_after: float = 60.0,
     ) -> None:
+        """Wrap ``inner``; see the class attributes for the arguments.
+
+        Raises:
+            ValueError: ``retries`` is negative.
+        """
         if retries < 0:
             raise ValueError("retries must be >= 0")
         self.inner = inner
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.max_retry_after = max_retry_after
         self.sleep = sleep
 
     def __repr__(self) -> str:
+        """The layer and the stack below it (no secrets: each layer hides its own)."""
         return f"RetryGateway({self.inner!r}, retries={self.retries}, backoff={self.backoff})"
 
     def _delay(self, request_hash: str, attempt: int, exc: LLMCallError) -> float:
@@ -114,48 +171,104 @@ class RetryGateway(GatewayBase):
             max_backoff=self.max_backoff,
             key=request_hash,
             retry_after=exc.retry_after,
+            max_retry_after=self.max_retry_after,
         )
 
-    def _settle(self, request: LLMRequest, attempt: int, records: list[CallRecord], exc=None):
-        """Pass the inner call's records on; add one for a failure the inner layer left out."""
-        for record in records:
-            record_call(record)
-        if exc is not None and not any(r.error for r in records):
+    @staticmethod
+    def _settle(
+        request: LLMRequest, attempt: int, records: list[CallRecord], exc: LLMCallError
+    ) -> None:
+        """Pass a failed attempt's records on; add one when the layer below left none."""
+        _pass_on(records)
+        if not any(r.error for r in records):
             record_call(_failed_record(request, attempt, exc))
 
+    @staticmethod
+    def _give_up(error: LLMCallError, request: LLMRequest, attempts: int) -> LLMCallError:
+        tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        message = squash(f"{request.model}: {error} (after {tries})", MAX_GIVE_UP_CHARS)
+        return LLMCallError(
+            message,
+            kind=error.kind,
+            retryable=error.retryable,
+            status_code=error.status_code,
+            retry_after=error.retry_after,
+        )
+
+    def _after_failure(
+        self, request: LLMRequest, attempt: int, records: list[CallRecord], exc: LLMCallError
+    ) -> float:
+        """Record a failed attempt and say how long to wait before the next one.
+
+        Raises:
+            LLMCallError: ``exc`` itself when it is not an attempt failure, else the give-up
+                error when it is not retryable or was the last attempt.
+        """
+        if not is_attempt_failure(exc):
+            _pass_on(records)
+            raise exc
+        self._settle(request, attempt, records, exc)
+        if not exc.retryable or attempt > self.retries:
+            raise self._give_up(exc, request, attempt) from None
+        return self._delay(request.request_hash(), attempt, exc)
+
     def complete(self, request: LLMRequest) -> LLMResponse:
-        attempts = self.retries + 1
-        for attempt in range(1, attempts + 1):
-            with attempt_number(attempt), collect_calls() as records:
-                try:
-                    response = complete_via(self.inner, request)
-                except LLMCallError as exc:
-                    failure = exc
-                else:
-                    failure = None
-            self._settle(request, attempt, records, failure)
+        """Send ``request`` down, again after each retryable failure (blocking waits).
+
+        Raises:
+            LLMCallError: The call failed on its last attempt, or with an error that is not
+                retryable.
+        """
+        attempt = 1
+        while True:
+            # Each attempt's records are collected apart, to see whether the layer below
+            # recorded its failure (the context managers' work, spelled out: a hot path).
+            records, collecting = start_collecting()
+            numbered = set_attempt(attempt)
+            try:
+                response = complete_via(self.inner, request)
+            except LLMCallError as exc:
+                failure: LLMCallError | None = exc
+            except BaseException:  # interrupted: the attempt made is still on record
+                reset_attempt(numbered)
+                stop_collecting(collecting)
+                _pass_on(records)
+                raise
+            else:
+                failure = None
+            reset_attempt(numbered)
+            stop_collecting(collecting)
             if failure is None:
+                _pass_on(records)
                 return response
-            if not failure.retryable or attempt == attempts:
-                raise failure
-            delay = self._delay(request.request_hash(), attempt, failure)
-            (self.sleep or time.sleep)(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+            (self.sleep or time.sleep)(self._after_failure(request, attempt, records, failure))
+            attempt += 1
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
-        attempts = self.retries + 1
-        for attempt in range(1, attempts + 1):
-            with attempt_number(attempt), collect_calls() as records:
-                try:
-                    response = await acomplete_via(self.inner, request)
-                except LLMCallError as exc:
-                    failure = exc
-                else:
-                    failure = None
-            self._settle(request, attempt, records, failure)
+        """``complete`` for the event loop: the waits between attempts are awaited.
+
+        Raises:
+            LLMCallError: As ``complete``.
+        """
+        attempt = 1
+        while True:
+            records, collecting = start_collecting()
+            numbered = set_attempt(attempt)
+            try:
+                response = await acomplete_via(self.inner, request)
+            except LLMCallError as exc:
+                failure: LLMCallError | None = exc
+            except BaseException:  # cancelled (an agent timeout): the attempt is on record
+                reset_attempt(numbered)
+                stop_collecting(collecting)
+                _pass_on(records)
+                raise
+            else:
+                failure = None
+            reset_attempt(numbered)
+            stop_collecting(collecting)
             if failure is None:
+                _pass_on(records)
                 return response
-            if not failure.retryable or attempt == attempts:
-                raise failure
-            await asleep_with(self.sleep, self._delay(request.request_hash(), attempt, failure))
-        raise AssertionError("unreachable")  # pragma: no cover
+            await asleep_with(self.sleep, self._after_failure(request, attempt, records, failure))
+            attempt += 1

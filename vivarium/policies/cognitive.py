@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vivarium.errors import ConfigError
 from vivarium.gateways.base import LLMResponse, stop_if_unavailable
+from vivarium.optional import available, require
 from vivarium.policies.parsing import FALLBACK_ACTION, MAX_REASON_CHARS, parse_action, truncate
 from vivarium.policies.prompting import (
     arg_models_for,
@@ -32,11 +33,9 @@ from vivarium.policies.prompting import (
     default_registry,
     tool_specs_for,
 )
-from vivarium.seeding import derive_seed
+from vivarium.seeding import shared_policy_seed
 from vivarium.types import ActionRequest
 from vivarium.worlds.registry import ActionRegistry
-
-PROVIDER_SEED_MASK = 0x7FFFFFFF  # providers take 32-bit (llama.cpp) or signed 64-bit seeds
 
 
 class CognitivePolicyConfig(BaseModel):
@@ -115,8 +114,16 @@ class _CognitiveCore:
         self.check_tools(self.registry, f"the {world} world")
 
     def check_tools(self, registry: ActionRegistry, where: str) -> None:
-        """``tools`` and a named ``force_tool`` exist in ``registry`` (and the forced tool is
-        among ``tools``), else a one-line ``ConfigError`` naming the setting."""
+        """Check that ``tools`` and a named ``force_tool`` are actions of ``registry``.
+
+        Args:
+            registry: The actions available.
+            where: Where they come from, for the error (``"the channel world"``).
+
+        Raises:
+            ConfigError: One line naming the setting: a tool the registry lacks, or a forced
+                tool outside ``tools``.
+        """
         known = ", ".join(registry.names())
         for name in self.config.tools or ():
             if name not in registry:
@@ -138,18 +145,25 @@ class _CognitiveCore:
 
     @property
     def seed(self) -> int | None:
-        """The seed sent with every request, when the policy has one of its own (recorded in
-        the trace's agents table); a master seed derives one per agent instead."""
+        """The seed sent with every request, when the policy has one of its own.
+
+        It is recorded in the trace's agents table; without it, a master seed derives one per
+        agent instead (``request_seed``).
+        """
         return self.config.seed
 
     # -- stage 1: messages and request ----------------------------------------------------------
     def request_seed(self, agent_id: str) -> int | None:
-        """``config.seed``, else one derived from the master seed and the agent id, else None."""
+        """The provider seed of ``agent_id``'s requests.
+
+        ``config.seed`` (an agent built from a config gets its plan's ``llm`` seed there), else
+        ``seeding.shared_policy_seed`` of the master seed and the agent id, else None.
+        """
         if self.config.seed is not None:
             return self.config.seed
         if self.master_seed is None:
             return None
-        return derive_seed(self.master_seed, agent_id) & PROVIDER_SEED_MASK
+        return shared_policy_seed(self.master_seed, agent_id)
 
     def tool_choice(self, tools: list[str]) -> str | dict[str, Any] | None:
         if not tools:
@@ -260,6 +274,11 @@ class SimpleCognitivePolicy(_CognitiveCore):
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """Prompt the model with the observation and parse its reply into an action.
+
+        A failed call or an unparseable reply becomes a recorded fallback action; an
+        infrastructure failure (an unreachable server) stops the run instead, resumably.
+        """
         plan = self.plan(agent_id, observation)
         response, error = self.call(plan.request)
         return self.to_action(
@@ -274,6 +293,7 @@ class SimpleCognitivePolicy(_CognitiveCore):
     async def adecide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """``decide`` with the model called through ``gateway.achat``, for concurrent steps."""
         plan = self.plan(agent_id, observation)
         response, error = await self.acall(plan.request)
         return self.to_action(
@@ -301,11 +321,13 @@ class CognitiveState(TypedDict, total=False):
 
 
 class CognitiveAgentPolicy(_CognitiveCore):
-    """The same pipeline as a LangGraph ``StateGraph``: build_messages -> call_model ->
-    parse_action, compiled once per policy. ``decide`` invokes ``graph``; ``adecide`` awaits
-    ``agraph``, the same graph with ``async`` nodes (LangGraph would run plain functions in a
-    worker thread, a thread hop per node that costs more than the node), whose call_model node
-    uses ``gateway.achat``."""
+    """The same pipeline as a LangGraph ``StateGraph``, compiled once per policy.
+
+    Its nodes are build_messages -> call_model -> parse_action. ``decide`` invokes ``graph``;
+    ``adecide`` awaits ``agraph``, the same graph with ``async`` nodes (LangGraph would run
+    plain functions in a worker thread, a thread hop per node that costs more than the node),
+    whose call_model node uses ``gateway.achat``.
+    """
 
     def __init__(
         self,
@@ -322,7 +344,8 @@ class CognitiveAgentPolicy(_CognitiveCore):
 
     @staticmethod
     def _compile(build: Any, call: Any, parse: Any) -> Any:
-        from langgraph.graph import END, START, StateGraph
+        graph = require("langgraph.graph")
+        END, START, StateGraph = graph.END, graph.START, graph.StateGraph
 
         builder = StateGraph(CognitiveState)
         builder.add_node("build_messages", build)
@@ -377,23 +400,22 @@ class CognitiveAgentPolicy(_CognitiveCore):
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """Run the graph on one observation; the action is its final state's ``action``."""
         final = self.graph.invoke(self._initial(run_id, time_step, agent_id, observation))
         return final["action"]
 
     async def adecide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """Run the async graph (``agraph``) on one observation, for concurrent steps."""
         final = await self.agraph.ainvoke(self._initial(run_id, time_step, agent_id, observation))
 
         return final["action"]
 
 
 def langgraph_available() -> bool:
-    try:
-        import langgraph.graph  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether ``langgraph`` can be imported (the ``llm`` extra installs it)."""
+    return available("langgraph.graph")
 
 
 def default_cognitive_policy(

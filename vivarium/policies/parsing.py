@@ -57,6 +57,7 @@ class ParsedAction(BaseModel):
 
 
 def truncate(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters plus an ellipsis when it is longer."""
     return text if len(text) <= limit else text[:limit] + "…"
 
 
@@ -105,7 +106,7 @@ def _parse(
         if call.parse_error is not None:
             meta.setdefault("tool_call_error", _clip(call.parse_error))
             truncated = True
-        checked = _check(call.name, call.arguments, call.parse_error, allowed, arg_models)
+        checked = check_arguments(call.name, call.arguments, call.parse_error, allowed, arg_models)
         if isinstance(checked, str):
             reasons.append(checked)
         else:
@@ -114,10 +115,10 @@ def _parse(
 
     # (B) JSON in the text
     text = _THINK.sub("", content)[:MAX_SCAN_CHARS]
-    values, unclosed = _json_values(text)
+    values, unclosed = json_values(text)
     for value in values:
         for name, arguments, error in _actions_in(value, allowed, arg_models, 0):
-            checked = _check(name, arguments, error, allowed, arg_models)
+            checked = check_arguments(name, arguments, error, allowed, arg_models)
             if isinstance(checked, str):
                 reasons.append(checked)
             else:
@@ -136,14 +137,26 @@ def _parse(
     return done(FALLBACK_ACTION, {}, "fallback")
 
 
-def _check(
+def check_arguments(
     name: Any,
     arguments: Any,
     error: str | None,
     allowed: tuple[str, ...],
     arg_models: Mapping[str, type[BaseModel]],
 ) -> dict[str, Any] | str:
-    """The arguments to use if ``name`` is allowed and they are valid, else the reason not."""
+    """The arguments to use if ``name`` is allowed and they are valid, else the reason not.
+
+    Args:
+        name: The action the reply named.
+        arguments: Its arguments, as parsed.
+        error: Why the arguments could not be parsed, if they could not.
+        allowed: The actions the observation offers.
+        arg_models: Argument models by action name (the world's registry).
+
+    Returns:
+        The arguments as a dict, or a one-line reason (``unknown tool 'x'``,
+        ``bad arguments: ...``).
+    """
     if not isinstance(name, str) or name not in allowed:
         shown = truncate(name, 80) if isinstance(name, str) else type(name).__name__
         return f"unknown tool {shown!r}"
@@ -177,10 +190,13 @@ def _finite(value: Any, depth: int = 0) -> bool:
 
 
 # -- JSON in text ------------------------------------------------------------------------------
-def _json_values(text: str) -> tuple[list[Any], bool]:
-    """JSON values in fenced blocks first, then in every brace-balanced ``{...}`` (braces inside
-    strings skipped; a span that is not JSON is retried from its next brace), and whether a
-    ``{`` was left open, as in a reply cut off mid-object."""
+def json_values(text: str) -> tuple[list[Any], bool]:
+    """The JSON values in a reply, and whether a ``{`` was left open.
+
+    Fenced blocks come first, then every brace-balanced ``{...}`` (braces inside strings
+    skipped; a span that is not JSON is retried from its next brace). An open ``{`` is a reply
+    cut off mid-object.
+    """
     values: list[Any] = []
     seen: set[str] = set()
 

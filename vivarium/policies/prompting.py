@@ -47,14 +47,18 @@ def system_prompt_for(
     """The system prompt with ``{agent_id}`` filled in (replace, not format: other braces stay).
 
     The default speaks of a message channel, or of a shared world when the observation carries
-    the world's own state (``world_state``)."""
+    the world's own state (``world_state``).
+    """
     default = DEFAULT_WORLD_SYSTEM_PROMPT if world_state else DEFAULT_SYSTEM_PROMPT
     return (template or default).replace("{agent_id}", agent_id)
 
 
 def world_state_lines(observation: Mapping[str, Any]) -> list[str]:
-    """``key: value`` for each observation field beyond the channel's (none in the channel, so
-    its prompts stay as they were); values as compact JSON, each clipped to a bounded size."""
+    """A ``key: value`` line for each observation field beyond the channel's.
+
+    The channel has none, so its prompts stay as they were. Values are compact JSON, each
+    clipped to ``MAX_STATE_VALUE_CHARS``.
+    """
     lines = []
     for key, value in observation.items():
         if key in BASE_OBSERVATION_KEYS:

@@ -7,7 +7,9 @@ for ``emit_event`` the arguments ``{"value": rng.randint(0, 1_000_000), "seen_ti
 ``random.Random`` state is copied into a numpy ``MT19937``, whose raw 32-bit words are the same
 stream, and CPython's rejection sampling (``_randbelow``) is replayed on those words vectorised
 across agents. The decisions are bit-identical to calling ``decide`` agent by agent, and each
-policy's ``rng`` is left exactly where the per-agent path would have left it.
+policy's ``rng`` is left exactly where the per-agent path would have left it. It is the engine's
+batch decider for random agents (``vivarium.policies.base.BatchDecider``): it hands the engine
+each step's decisions as stored columns, the ``emit_event`` arguments written as JSON directly.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from vivarium.seeding import CountingRandom
 from vivarium.types import ActionRequest
+from vivarium.worlds.base import BatchDecisions
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,6 +38,11 @@ class RandomAgentPolicy:
     def __init__(
         self, rng: random.Random, action_space: Sequence[str] = DEFAULT_ACTION_SPACE
     ) -> None:
+        """A policy drawing from ``rng`` (see ``from_seed`` for the usual construction).
+
+        Raises:
+            ValueError: ``action_space`` is empty.
+        """
         if not action_space:
             raise ValueError("action_space must name at least one action")
         self._rng: random.Random | None = rng
@@ -69,6 +78,7 @@ class RandomAgentPolicy:
         return self._rng is None or (isinstance(self._rng, CountingRandom) and self._rng.words == 0)
 
     def words_drawn(self) -> int | None:
+        """The 32-bit words drawn since seeding, or None when the generator does not count."""
         if self._pending is not None:
             return self._pending[3]
         if self._rng is None:
@@ -91,6 +101,7 @@ class RandomAgentPolicy:
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """``rng.choice(action_space)``, with arguments drawn for actions that take them."""
         action = self.rng.choice(self.action_space)
         arguments: dict[str, Any] = {}
         if action == "emit_event":
@@ -110,8 +121,20 @@ class RandomAgentPolicy:
             metadata={},
         )
 
+    @classmethod
+    def batch_decider(
+        cls, policies: Sequence[Any], world_actions: frozenset[str]
+    ) -> RandomBatch | None:
+        """One ``RandomBatch`` for every agent (``BatchPolicy``), or None.
+
+        None unless all are plain ``RandomAgentPolicy`` with one action space, all of whose
+        actions the world applies in batches.
+        """
+        return RandomBatch(policies) if RandomBatch.supports(policies, world_actions) else None
+
     # -- state the engine checkpoints -----------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
+        """The generator's position: (seed, words drawn) when known, else its full state."""
         words = self.words_drawn()
         if words is not None and self.seed is not None:
             return {"seed": self.seed, "words": words}
@@ -119,6 +142,7 @@ class RandomAgentPolicy:
         return {"rng": [version, list(internal), gauss]}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Put the generator where ``get_state`` found it."""
         if "words" in state:
             self.seed = state["seed"]
             rng = CountingRandom(state["seed"])
@@ -128,34 +152,6 @@ class RandomAgentPolicy:
 
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
-
-
-class CountingRandom(random.Random):
-    """``random.Random`` that counts the 32-bit words it draws (same stream, same results).
-
-    ``skip(n)`` moves a fresh generator forward by n words in one C call, which is how a
-    checkpointed agent is restored.
-    """
-
-    def __init__(self, seed: int) -> None:
-        self.words = 0
-        super().__init__(seed)
-
-    def seed(self, a: Any = None, version: int = 2) -> None:
-        super().seed(a, version)
-        self.words = 0
-
-    def getrandbits(self, k: int) -> int:
-        self.words += (k + 31) // 32
-        return super().getrandbits(k)
-
-    def random(self) -> float:
-        self.words += 2  # genrand_res53 draws two words
-        return super().random()
-
-    def skip(self, words: int) -> None:
-        if words > 0:
-            self.getrandbits(32 * words)
 
 
 def _pick_artifact(rng: random.Random, observation: dict[str, Any]) -> str:
@@ -303,6 +299,7 @@ class RandomBatch:
     MAX_WINDOW = 64  # words looked at per draw; an agent that rejects them all draws again
 
     def __init__(self, policies: Sequence[RandomAgentPolicy]) -> None:
+        """Take over the generators of ``policies`` (check ``supports`` first)."""
         import numpy as np
 
         self._np = np
@@ -338,6 +335,11 @@ class RandomBatch:
 
     @classmethod
     def supports(cls, policies: Sequence[object], world_actions: frozenset[str]) -> bool:
+        """Whether one batch can decide for ``policies`` in a world that batches these actions.
+
+        Only plain ``RandomAgentPolicy`` (a subclass may decide differently) sharing one action
+        space, every action of which the world can apply in a batch.
+        """
         if not policies or not all(type(p) is RandomAgentPolicy for p in policies):
             return False
         space = policies[0].action_space  # type: ignore[attr-defined]
@@ -387,6 +389,25 @@ class RandomBatch:
             agents = rows[pending]
         return out
 
+    def decide_batch(self, time_step: int, order: Sequence[int] | None) -> BatchDecisions:
+        """Every agent's decision for ``time_step``, in commit order (``BatchDecider``).
+
+        The arguments column is written directly: byte for byte what the per-agent path
+        stores for each request's canonical-JSON arguments (a test compares the two files).
+        """
+        codes, values = self.decide()
+        if order is not None:
+            codes, values = codes[order], values[order]
+        emitting = values >= 0
+        return BatchDecisions(
+            time_step=time_step,
+            action_names=self.action_space,
+            codes=codes,
+            arguments=_event_arguments_json(values, emitting, time_step)
+            if emitting.any()
+            else None,
+        )
+
     def decide(self) -> tuple[np.ndarray, np.ndarray]:
         """One step for every agent: (action code per agent, event value or -1)."""
         np = self._np
@@ -417,3 +438,17 @@ class RandomBatch:
             rng.setstate((3, (*keys[i].tolist(), pos), self._gauss[i]))
             if isinstance(rng, CountingRandom) and start is not None:
                 rng.words = start + int(self._consumed[i])
+
+
+def _event_arguments_json(values: np.ndarray, emitting: np.ndarray, t: int) -> str:
+    """The stored arguments column of a step of ``noop`` and ``emit_event``.
+
+    Each ``emit_event``'s canonical JSON as a JSON string, null for every other action (whose
+    arguments are empty).
+    """
+    import numpy as np
+
+    items = np.full(len(values), "null", dtype=object)
+    prefix = '"{\\"seen_time_step\\":' + str(t) + ',\\"value\\":'
+    items[emitting] = [f'{prefix}{v}}}"' for v in values[emitting].tolist()]
+    return "[" + ",".join(items.tolist()) + "]"

@@ -18,25 +18,34 @@ from pathlib import Path
 
 from vivarium.errors import TraceError
 from vivarium.trace.records import StepRecord
-from vivarium.trace.schema import APPLICATION_ID, DDL, SCHEMA_VERSION, SEQ_BITS
+from vivarium.trace.schema import (
+    APPLICATION_ID,
+    DDL,
+    LLM_CALLS,
+    SCHEMA_VERSION,
+    SEQ_BITS,
+    STEPS,
+    TRANSITIONS,
+    Table,
+)
 from vivarium.types import RunMetadata
 
 _INSERT_MESSAGE = f"INSERT OR REPLACE INTO messages VALUES ((? << {SEQ_BITS}) | ?, ?, ?, ?, ?, ?)"
-_INSERT_LLM_CALL = (
-    "INSERT INTO llm_calls (step, agent_idx, attempt, model, request_hash, prompt_tokens, "
-    "completion_tokens, cost, latency_ms, cache_hit, finish_reason, error) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_INSERT_TRANSITION = (
-    "INSERT INTO transitions (step, agent_idx, from_state, to_state, trigger, routine) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
-)
-_INSERT_STEP = (
-    "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+
+
+def _insert(table: Table) -> str:
+    """An INSERT of every column but the row id (SQLite numbers the rows)."""
+    names = [c.name for c in table.columns if c.name != "id"]
+    return f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+
+
+_INSERT_LLM_CALL = _insert(LLM_CALLS)
+_INSERT_TRANSITION = _insert(TRANSITIONS)
+_INSERT_STEP = f"INSERT OR REPLACE INTO steps VALUES ({', '.join('?' * len(STEPS.columns))})"
 
 
 def now_iso() -> str:
+    """The current UTC time, to the millisecond (ISO 8601): the trace's timestamps."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
@@ -271,7 +280,7 @@ def _friendly(exc: BaseException, path: Path, step: int | None = None) -> TraceE
 
 
 class TraceDb:
-    """One run's trace file. ``TraceDb(path)`` creates it for writing; ``TraceDb.open`` reads it.
+    """One run's trace file, written. ``TraceDb(path)`` creates it; ``Run.open`` reads it.
 
     ``max_pages`` caps the file at that many SQLite pages, as a full disk would (for tests).
     """
@@ -285,6 +294,19 @@ class TraceDb:
         max_pages: int | None = None,
         _resume: bool = False,
     ) -> None:
+        """Create the trace at ``path`` (or reopen it for a resume, see ``for_resume``).
+
+        Args:
+            path: The trace file.
+            overwrite: Replace a file there (only ever a trace, see ``check_new_trace_path``).
+            deterministic_timestamps: Record no wall-clock times (byte-identical traces).
+            max_pages: Cap the file at that many pages, as a full disk would (for tests).
+            _resume: Reopen an existing trace (used by ``for_resume``).
+
+        Raises:
+            TraceError: the file cannot be created, is locked by another writer, or is of an
+                older schema that cannot be resumed.
+        """
         self.path = Path(path)
         self.deterministic_timestamps = deterministic_timestamps
         self._closed = False
@@ -472,6 +494,8 @@ class TraceDb:
     def write_checkpoint(
         self, step: int, state_hash: str, world_state: str, agent_states: str
     ) -> None:
+        """Record the state a resume can start from after ``step`` (world and agents as JSON)."""
+
         def job(con: sqlite3.Connection) -> None:
             con.execute(
                 "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)",
@@ -482,7 +506,6 @@ class TraceDb:
 
     def truncate_after(self, step: int) -> None:
         """Drop every row after ``step`` (resume continues from there) and reopen the run."""
-
         self._submit_transaction(lambda con: _truncate(con, step))
 
     def finish_run(
@@ -508,6 +531,11 @@ class TraceDb:
         self._submit_transaction(rows)
 
     def close(self) -> None:
+        """Commit what is queued and release the file (idempotent).
+
+        Raises:
+            TraceError: a write failed (the disk is full, the file was removed, ...).
+        """
         if self._closed:
             return
         self._closed = True
@@ -518,9 +546,11 @@ class TraceDb:
             raise _friendly(self._writer.error, self.path, self._writer.error_step) from None
 
     def __enter__(self) -> TraceDb:
+        """The trace itself: ``with TraceDb(path) as trace:`` closes it at the end."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the trace (see ``close``)."""
         self.close()
 
     # -- reading ------------------------------------------------------------------------------

@@ -16,74 +16,62 @@ from typing import TYPE_CHECKING, Any
 
 from vivarium.errors import TraceError
 from vivarium.trace.db import check_trace_file
+from vivarium.trace.schema import DECISIONS, FRAME_NAMES, Column, Kind, frame_columns, table
 
 if TYPE_CHECKING:
     import pandas as pd
     import polars as pl
     import pyarrow as pa
 
-# name -> (typed sample row, SQL body, column kinds). Kinds: i=int64, f=float64, t=text,
-# c=categorical text, b=bool, B=bool with null as false, a=agent (agent_idx -> agent_id categorical).
-_TABLES: dict[str, tuple[list[tuple[str, str]], str]] = {
-    "messages": (
-        [("step", "i"), ("seq", "i"), ("author_id", "c"), ("channel", "c"), ("content", "t")],
-        "FROM messages ORDER BY id",
-    ),
-    "llm_calls": (
-        [
-            ("step", "i"),
-            ("agent_idx", "a"),
-            ("attempt", "i"),
-            ("model", "c"),
-            ("request_hash", "t"),
-            ("prompt_tokens", "i"),
-            ("completion_tokens", "i"),
-            ("cost", "f"),
-            ("latency_ms", "f"),
-            ("cache_hit", "b"),
-            ("finish_reason", "c"),
-            ("error", "t"),
-        ],
-        "FROM llm_calls ORDER BY id",
-    ),
-    "transitions": (
-        [
-            ("step", "i"),
-            ("agent_idx", "a"),
-            ("from_state", "c"),
-            ("to_state", "c"),
-            ("trigger", "t"),
-            ("routine", "b"),
-        ],
-        "FROM transitions ORDER BY id",
-    ),
-    "steps": (
-        [
-            ("step", "i"),
-            ("n_actions", "i"),
-            ("n_messages", "i"),
-            ("world_digest", "t"),
-            ("state_hash", "t"),
-            ("wall_time", "t"),
-            ("clock", "f"),
-        ],
-        "FROM steps ORDER BY step",
-    ),
-    "agents": (
-        [("agent_idx", "i"), ("agent_id", "t"), ("policy", "c"), ("seed", "t")],
-        "FROM agents ORDER BY agent_idx",
-    ),
+# The typed literal each query's first row gives a column of that kind (see the docstring).
+_SAMPLE: dict[str, str] = {
+    "int": "0",
+    "agent": "0",
+    "bool": "0",
+    "float": "0.0",
+    "text": "''",
+    "category": "''",
 }
 
-FRAME_NAMES = ("actions", "messages", "llm_calls", "transitions", "steps", "agents")
-_SAMPLE = {"i": "0", "a": "0", "b": "0", "f": "0.0", "t": "''", "c": "''"}
 
-
-def _query(columns: list[tuple[str, str]], body: str) -> str:
-    sample = ", ".join(f"{_SAMPLE[kind]} AS {name}" for name, kind in columns)
-    names = ", ".join(name for name, _ in columns)
+def _query(columns: tuple[Column, ...], body: str) -> str:
+    sample = ", ".join(f"{_SAMPLE[str(c.kind)]} AS {c.name}" for c in columns)
+    names = ", ".join(c.name for c in columns)
     # The compound keeps the typed sample row first; the body's ORDER BY applies inside.
     return f"SELECT {sample} UNION ALL SELECT * FROM (SELECT {names} {body})"
+
+
+def arrow_type(kind: Kind) -> pa.DataType:
+    """The Arrow type a frame gives a column of ``kind`` (categoricals are dictionaries)."""
+    import pyarrow as pa
+
+    if kind in ("category", "agent"):
+        return pa.dictionary(pa.int32(), pa.string())
+    return {
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "text": pa.string(),
+        "bool": pa.bool_(),
+        "flag": pa.bool_(),
+    }[kind]
+
+
+def frame_schema(name: str, *, run_id: bool = True) -> pa.Schema:
+    """The Arrow schema of frame ``name`` as ``read_arrow`` returns it.
+
+    Args:
+        name: One of ``FRAME_NAMES``.
+        run_id: Whether the frame starts with the ``run_id`` column (``read_arrow`` given one).
+
+    Returns:
+        The column names and types, in order, derived from ``vivarium.trace.schema``.
+    """
+    import pyarrow as pa
+
+    fields = [pa.field("run_id", arrow_type("category"))] if run_id else []
+    for column in frame_columns(name):
+        fields.append(pa.field(column.frame_name, arrow_type(column.kind or "text")))
+    return pa.schema(fields)
 
 
 def _has_column(path: Path, table: str, column: str) -> bool:
@@ -103,17 +91,6 @@ def _fetch_arrow(path: Path, sql: str) -> pa.Table:
         return cur.fetch_arrow_table()
 
 
-_ACTION_KINDS = (
-    ("agent_idx", "a"),
-    ("action", "c"),
-    ("arguments", "t"),
-    ("reasoning", "t"),
-    ("metadata", "t"),
-    ("success", "b"),
-    ("fallback", "B"),
-    ("result", "t"),
-    ("error", "t"),
-)
 # What a schema-1 trace (no fallback column) recorded for a decision that fell back: a policy
 # error as a failed noop with one of these reasons, an unusable reply in the metadata.
 _V1_POLICY_ERRORS = ("policy error: ", "no decision: ", "policy returned ")
@@ -129,7 +106,7 @@ def _agent_ids(p: Path) -> pa.Array:
     return ids.column(0).combine_chunks().slice(1)
 
 
-def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
+def _read_actions(p: Path) -> tuple[tuple[Column, ...], list[pa.Array]]:
     """Decode the per-step JSON arrays into one row per decision.
 
     The steps' arrays are handed to Arrow's (C++) JSON reader as one document per step, so
@@ -145,10 +122,9 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
     con.text_factory = bytes  # the JSON goes to Arrow as bytes: no decode and re-encode
     try:
         v1 = "fallback" not in {row[1].decode() for row in con.execute("PRAGMA table_info(steps)")}
-        rows = con.execute(
-            "SELECT step, n_actions, agent_idx, action, arguments, reasoning, metadata, success, "
-            f"{'NULL' if v1 else 'fallback'}, result, error FROM steps ORDER BY step"
-        ).fetchall()
+        # A schema-1 file lacks the columns added since: read as null, then derived below.
+        names = ", ".join("NULL" if v1 and c.since > 1 else c.name for c in DECISIONS)
+        rows = con.execute(f"SELECT step, n_actions, {names} FROM steps ORDER BY step").fetchall()
     finally:
         con.close()
     counts = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
@@ -157,12 +133,14 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
     starts = np.cumsum(counts) - counts
     seq = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
     arrays: list[pa.Array] = [pa.array(np.repeat(steps, counts)), pa.array(seq)]
-    types = {"a": pa.int64(), "b": pa.int64(), "B": pa.int64()}
-    fields = [(name, pa.list_(types.get(kind, pa.string()))) for name, kind in _ACTION_KINDS]
+    # The arrays hold integers for agents and booleans, text for the rest.
+    integer = ("agent", "bool", "flag")
+    fields = [
+        (c.name, pa.list_(pa.int64() if c.kind in integer else pa.string())) for c in DECISIONS
+    ]
+    columns = frame_columns("actions")
     if not rows:
-        return [("step", "i"), ("seq", "i"), *_ACTION_KINDS], arrays + [
-            pa.array([], t.value_type) for _, t in fields
-        ]
+        return columns, arrays + [pa.array([], t.value_type) for _, t in fields]
     # Columns that are null throughout, or the same array every step (agent order, success
     # of random agents), are built directly; only the rest goes through the JSON reader.
     decoded: dict[str, pa.Array] = {}
@@ -193,7 +171,7 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
             )
             lines.append(b"{" + body + b"}")
         try:
-            table = pj.read_json(
+            parsed = pj.read_json(
                 io.BytesIO(b"\n".join(lines)),
                 parse_options=pj.ParseOptions(
                     explicit_schema=pa.schema([(name, typ) for _, name, typ in parse])
@@ -202,7 +180,7 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
         except pa.ArrowInvalid as exc:
             raise TraceError(f"actions in {p} are damaged: {exc}") from None
         for _, name, typ in parse:
-            chunks = [chunk.flatten() for chunk in table.column(name).chunks]
+            chunks = [chunk.flatten() for chunk in parsed.column(name).chunks]
             decoded[name] = pa.chunked_array(chunks, typ.value_type)
 
     if v1:
@@ -212,7 +190,7 @@ def _read_actions(p: Path) -> tuple[list[tuple[str, str]], list[pa.Array]]:
         if len(flat) != total:
             raise TraceError(f"actions column '{name}' holds {len(flat)} values, expected {total}")
         arrays.append(flat)
-    return [("step", "i"), ("seq", "i"), *_ACTION_KINDS], arrays
+    return columns, arrays
 
 
 def _derive_v1_fallbacks(decoded: dict[str, Any]) -> None:
@@ -252,7 +230,8 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
         if name == "actions":
             columns, arrays = _read_actions(p)
         else:
-            columns, body = _TABLES[name]
+            columns = frame_columns(name)
+            body = f"FROM {name} ORDER BY {table(name).primary_key}"
             if name == "transitions" and not _has_column(p, "transitions", "routine"):
                 body = "FROM (SELECT *, 0 AS routine FROM transitions) ORDER BY id"  # schema 1
             arrays = list(_fetch_arrow(p, _query(columns, body)).slice(1).columns)
@@ -262,23 +241,24 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
         raise TraceError(f"cannot read table '{name}' from {p}: {exc}") from None
     agent_ids: pa.Array | None = None
     out: dict[str, Any] = {}
-    for (col, kind), arr in zip(columns, arrays, strict=True):
-        if kind in ("a", "c") and isinstance(arr, pa.ChunkedArray):
+    for column, arr in zip(columns, arrays, strict=True):
+        col, kind = column.frame_name, column.kind
+        if kind in ("agent", "category") and isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()  # one dictionary per column, not per chunk
-        if kind == "a":
+        if kind == "agent":
             if agent_ids is None:
                 agent_ids = _agent_ids(p)
-            out["agent_id"] = pa.DictionaryArray.from_arrays(arr.cast(pa.int32()), agent_ids)
-        elif kind == "c":
+            out[col] = pa.DictionaryArray.from_arrays(arr.cast(pa.int32()), agent_ids)
+        elif kind == "category":
             out[col] = pc.dictionary_encode(arr)
-        elif kind == "b":
+        elif kind == "bool":
             out[col] = pc.not_equal(arr, 0) if len(arr) else arr.cast(pa.bool_())
-        elif kind == "B":
+        elif kind == "flag":
             flags = pc.not_equal(arr, 0) if len(arr) else arr.cast(pa.bool_())
             out[col] = pc.fill_null(flags, False)
-        elif kind == "i":
+        elif kind == "int":
             out[col] = arr.cast(pa.int64())
-        elif kind == "f":
+        elif kind == "float":
             out[col] = arr.cast(pa.float64())
         else:
             out[col] = arr.cast(pa.string())
@@ -306,6 +286,7 @@ def to_pandas(table: pa.Table) -> pd.DataFrame:
 
 
 def to_polars(table: pa.Table) -> pl.DataFrame:
+    """Arrow -> polars: dictionaries become categoricals (no copy of the data)."""
     import polars as pl
 
     return pl.from_arrow(table)  # type: ignore[return-value]

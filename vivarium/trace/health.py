@@ -56,6 +56,7 @@ class RunHealth:
         return self.fallbacks / self.decisions if self.decisions else 0.0
 
     def __str__(self) -> str:
+        """``ok``, or the problems joined by ``; `` (one line)."""
         return "ok" if self.ok else "; ".join(self.problems)
 
 

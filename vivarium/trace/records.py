@@ -16,17 +16,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-ACTION_COLUMNS = (
-    "agent_idx",
-    "action",
-    "arguments",
-    "reasoning",
-    "metadata",
-    "success",
-    "result",
-    "error",
-    "fallback",
-)
+from vivarium.trace.schema import STORED_DECISIONS
+
+# The decision columns in the steps table's order (the order ``StepRecord.encode`` returns).
+ACTION_COLUMNS = tuple(column.name for column in STORED_DECISIONS)
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -78,6 +71,7 @@ class StepRecord:
         error: str | None,
         fallback: bool = False,
     ) -> None:
+        """Append one decision (in commit order); the texts are JSON or None."""
         self.agent_idx.append(agent_idx)
         self.action.append(action)
         self.arguments.append(arguments)
@@ -90,6 +84,7 @@ class StepRecord:
         self.n_actions += 1
 
     def action_columns(self) -> tuple[list[Any], ...]:
+        """The decision columns as lists, in the steps table's order (``ACTION_COLUMNS``)."""
         return (
             self.agent_idx,
             self.action,
@@ -159,6 +154,7 @@ def chain_hash(
 
 
 def hash_record(previous: str, record: StepRecord) -> str:
+    """The state hash of ``record``, chained on ``previous`` (see ``chain_hash``)."""
     return chain_hash(
         previous,
         record.step,

@@ -1,6 +1,11 @@
-"""The trace schema: one SQLite file per run, marked so that foreign files are recognised.
+"""The trace schema: one SQLite file per run, its columns declared once.
 
-Decisions are stored one step per row: each action column is a JSON array over the step's
+Every column of the file is declared here once, as a ``Column`` of a ``Table``: its SQL type,
+how the frames read it (``Kind``) and what it holds. The DDL that creates a trace, the column
+types of the frames (``vivarium.trace.frames``) and the schemas the analysis gives empty
+frames (``vivarium.analysis.loading``) are all derived from these declarations.
+
+Decisions are stored one step per row: each decision column is a JSON array over the step's
 agents, in commit order (NULL when every value in it is null). A single insert per step keeps
 a 1,000-agent step at one B-tree insert instead of a thousand, and the ``actions`` view turns
 the arrays back into one row per decision for anyone who queries the file with SQL.
@@ -10,6 +15,9 @@ the schema version, so both checks cost one page read and need no table to exist
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
 
 APPLICATION_ID = 0x56495652  # "VIVR"
 # 2: the ``fallback`` column (decisions that produced no usable action) and
@@ -22,111 +30,264 @@ SCHEMA_VERSION = 2
 SEQ_BITS = 24
 MAX_AGENTS_PER_STEP = 1 << SEQ_BITS
 
+Kind = Literal["int", "float", "text", "category", "bool", "flag", "agent"]
+"""How a frame reads a column.
 
-DDL = """
-CREATE TABLE meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    world TEXT NOT NULL,
-    policy TEXT NOT NULL,
-    seed TEXT NOT NULL,
-    agents INTEGER NOT NULL,
-    steps INTEGER NOT NULL,
-    scheduling TEXT NOT NULL,
-    vivarium_version TEXT NOT NULL,
-    config_json TEXT NOT NULL,
-    status TEXT NOT NULL,
-    steps_done INTEGER NOT NULL,
-    error TEXT,
-    created_at TEXT,
-    finished_at TEXT
-);
-CREATE TABLE agents (
-    agent_idx INTEGER PRIMARY KEY,
-    agent_id TEXT NOT NULL UNIQUE,
-    policy TEXT NOT NULL,
-    seed TEXT
-);
-CREATE TABLE steps (
-    step INTEGER PRIMARY KEY,
-    n_actions INTEGER NOT NULL,
-    n_messages INTEGER NOT NULL,
-    world_digest TEXT NOT NULL,
-    state_hash TEXT NOT NULL,
-    wall_time TEXT,
-    clock REAL,
-    agent_idx TEXT,
-
-    action TEXT,
-    arguments TEXT,
-    reasoning TEXT,
-    metadata TEXT,
-    success TEXT,
-    result TEXT,
-    error TEXT,
-    fallback TEXT
-);
-CREATE VIEW actions AS
-SELECT
-    (s.step << 24) | j.key AS id,
-    s.step AS step,
-    j.key AS seq,
-    j.value AS agent_idx,
-    a.agent_id AS agent_id,
-    json_extract(s.action, '$[' || j.key || ']') AS action,
-    json_extract(s.arguments, '$[' || j.key || ']') AS arguments,
-    json_extract(s.reasoning, '$[' || j.key || ']') AS reasoning,
-    json_extract(s.metadata, '$[' || j.key || ']') AS metadata,
-    json_extract(s.success, '$[' || j.key || ']') AS success,
-    COALESCE(json_extract(s.fallback, '$[' || j.key || ']'), 0) AS fallback,
-    json_extract(s.result, '$[' || j.key || ']') AS result,
-    json_extract(s.error, '$[' || j.key || ']') AS error
-FROM steps AS s
-JOIN json_each(s.agent_idx) AS j
-LEFT JOIN agents AS a ON a.agent_idx = j.value;
-CREATE TABLE messages (
-    id INTEGER PRIMARY KEY,
-    step INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    author_id TEXT NOT NULL,
-    channel TEXT NOT NULL,
-    content TEXT NOT NULL
-);
-CREATE TABLE llm_calls (
-    id INTEGER PRIMARY KEY,
-    step INTEGER NOT NULL,
-    agent_idx INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    model TEXT,
-    request_hash TEXT,
-    prompt_tokens INTEGER,
-    completion_tokens INTEGER,
-    cost REAL,
-    latency_ms REAL,
-    cache_hit INTEGER,
-    finish_reason TEXT,
-    error TEXT
-);
-CREATE TABLE transitions (
-    id INTEGER PRIMARY KEY,
-    step INTEGER NOT NULL,
-    agent_idx INTEGER NOT NULL,
-    from_state TEXT,
-    to_state TEXT NOT NULL,
-    trigger TEXT,
-    routine INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE checkpoints (
-    step INTEGER PRIMARY KEY,
-    state_hash TEXT NOT NULL,
-    world_state TEXT NOT NULL,
-    agent_states TEXT NOT NULL
-);
+``int`` and ``float`` are 64-bit numbers, ``text`` a string, ``category`` a string repeated
+often enough to be stored as a dictionary (categorical), ``bool`` an integer read as a boolean,
+``flag`` a boolean whose null means false, and ``agent`` an ``agent_idx`` that the frame shows
+as the agent's ``agent_id`` (categorical).
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a trace table: how SQLite stores it and how its frame reads it.
+
+    Attributes:
+        name: The column's name in the file.
+        sql: Its type and constraints as written in ``CREATE TABLE`` (``"INTEGER NOT NULL"``).
+        kind: How the frames read it; None leaves it out of the table's frame.
+        doc: What it holds.
+        since: The schema version that added it: a file of an older version lacks it.
+    """
+
+    name: str
+    sql: str
+    kind: Kind | None
+    doc: str
+    since: int = 1
+
+    @property
+    def frame_name(self) -> str:
+        """The column's name in a frame: an ``agent`` column shows the agent's ``agent_id``."""
+        return "agent_id" if self.kind == "agent" else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A trace table: its columns, in blocks that the DDL separates by a blank line.
+
+    Attributes:
+        name: The table's name.
+        blocks: The columns in file order, grouped for the reader of the DDL.
+        doc: What one row is.
+    """
+
+    name: str
+    blocks: tuple[tuple[Column, ...], ...]
+    doc: str
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        """Every column, in file order."""
+        return tuple(column for block in self.blocks for column in block)
+
+    @property
+    def frame_columns(self) -> tuple[Column, ...]:
+        """The columns the table's frame reads, in frame order."""
+        return tuple(column for column in self.columns if column.kind is not None)
+
+    @property
+    def primary_key(self) -> str:
+        """The column that orders the rows (frames are read in its order)."""
+        return next(c.name for c in self.columns if "PRIMARY KEY" in c.sql)
+
+    def ddl(self) -> str:
+        """The ``CREATE TABLE`` statement of the table."""
+        body = ",\n\n".join(
+            ",\n".join(f"    {column.name} {column.sql}" for column in block)
+            for block in self.blocks
+        )
+        return f"CREATE TABLE {self.name} (\n{body}\n);"
+
+
+def _table(name: str, doc: str, *columns: Column) -> Table:
+    return Table(name, (columns,), doc)
+
+
+META = _table(
+    "meta",
+    "One setting a resume needs (e.g. the LLM settings), as text.",
+    Column("key", "TEXT PRIMARY KEY", None, "The setting's name."),
+    Column("value", "TEXT NOT NULL", None, "Its value."),
+)
+
+RUNS = _table(
+    "runs",
+    "The run: what was asked and how far it got (one row).",
+    Column("run_id", "TEXT PRIMARY KEY", None, "Derived from the config's canonical JSON."),
+    Column("name", "TEXT NOT NULL", None, "The experiment's name."),
+    Column("world", "TEXT NOT NULL", None, "The world's name."),
+    Column("policy", "TEXT NOT NULL", None, "The policy name, or names joined by commas."),
+    Column("seed", "TEXT NOT NULL", None, "The run's seed."),
+    Column("agents", "INTEGER NOT NULL", None, "Number of agents."),
+    Column("steps", "INTEGER NOT NULL", None, "Steps asked for."),
+    Column("scheduling", "TEXT NOT NULL", None, "How agents take turns within a step."),
+    Column("vivarium_version", "TEXT NOT NULL", None, "The version that wrote the run."),
+    Column("config_json", "TEXT NOT NULL", None, "The config, as canonical JSON."),
+    Column("status", "TEXT NOT NULL", None, "running, complete, interrupted or failed."),
+    Column("steps_done", "INTEGER NOT NULL", None, "Steps committed so far."),
+    Column("error", "TEXT", None, "Why the run stopped, when it failed."),
+    Column("created_at", "TEXT", None, "When the run started (null when deterministic)."),
+    Column("finished_at", "TEXT", None, "When it ended (null when deterministic or running)."),
+)
+
+AGENTS = _table(
+    "agents",
+    "One agent of the run.",
+    Column("agent_idx", "INTEGER PRIMARY KEY", "int", "The agent's index in the run."),
+    Column("agent_id", "TEXT NOT NULL UNIQUE", "text", "The agent's name."),
+    Column("policy", "TEXT NOT NULL", "category", "The agent's policy."),
+    Column("seed", "TEXT", "text", "The agent's own seed."),
+)
+
+# One decision per agent and step, in reading order (as the actions view and frame show it).
+# Stored per step in the steps table, as one JSON array per column over the step's agents.
+DECISIONS = (
+    Column("agent_idx", "TEXT", "agent", "Who decided (an index into agents)."),
+    Column("action", "TEXT", "category", "The action's name."),
+    Column("arguments", "TEXT", "text", "Its arguments, as JSON."),
+    Column("reasoning", "TEXT", "text", "The reasoning the policy gave, if any."),
+    Column("metadata", "TEXT", "text", "What the policy recorded with it, as JSON."),
+    Column("success", "TEXT", "bool", "Whether the world applied it."),
+    Column("fallback", "TEXT", "flag", "The decision produced no usable action.", since=2),
+    Column("result", "TEXT", "text", "What the world answered."),
+    Column("error", "TEXT", "text", "Why the world refused it."),
+)
+
+# In file order: a column added by a later schema version comes after the others.
+STORED_DECISIONS = tuple(
+    replace(column, kind=None) for column in sorted(DECISIONS, key=lambda c: c.since)
+)
+
+STEPS = Table(
+    "steps",
+    (
+        (
+            Column("step", "INTEGER PRIMARY KEY", "int", "The step number, from 0."),
+            Column("n_actions", "INTEGER NOT NULL", "int", "Decisions taken in the step."),
+            Column("n_messages", "INTEGER NOT NULL", "int", "Messages posted in the step."),
+            Column("world_digest", "TEXT NOT NULL", "text", "Digest of the world's state."),
+            Column("state_hash", "TEXT NOT NULL", "text", "Hash chained over every step."),
+            Column("wall_time", "TEXT", "text", "When it was committed (null if deterministic)."),
+            Column("clock", "REAL", "float", "The world's clock, for worlds that keep one."),
+            STORED_DECISIONS[0],  # who decided; the block after it: what they decided
+        ),
+        STORED_DECISIONS[1:],
+    ),
+    "One step, with its decisions as JSON arrays (read them through the actions view).",
+)
+
+# The actions view's own columns (the rest are DECISIONS).
+ACTION_STEP = Column("step", "INTEGER", "int", "The step of the decision.")
+ACTION_SEQ = Column("seq", "INTEGER", "int", "Its position in the step's commit order.")
+
+MESSAGES = _table(
+    "messages",
+    "One message posted to a channel.",
+    Column("id", "INTEGER PRIMARY KEY", None, f"(step << {SEQ_BITS}) | seq."),
+    Column("step", "INTEGER NOT NULL", "int", "The step it was posted in."),
+    Column("seq", "INTEGER NOT NULL", "int", "Its order within the step."),
+    Column("author_id", "TEXT NOT NULL", "category", "The agent who posted it."),
+    Column("channel", "TEXT NOT NULL", "category", "The channel it was posted to."),
+    Column("content", "TEXT NOT NULL", "text", "The message."),
+)
+
+LLM_CALLS = _table(
+    "llm_calls",
+    "One attempt of an LLM call.",
+    Column("id", "INTEGER PRIMARY KEY", None, "Insertion order."),
+    Column("step", "INTEGER NOT NULL", "int", "The step of the call."),
+    Column("agent_idx", "INTEGER NOT NULL", "agent", "The agent who called."),
+    Column("attempt", "INTEGER NOT NULL", "int", "1 for the first try, 2 for a retry, ..."),
+    Column("model", "TEXT", "category", "The model asked."),
+    Column("request_hash", "TEXT", "text", "Hash of the request (the cache key)."),
+    Column("prompt_tokens", "INTEGER", "int", "Tokens in the prompt."),
+    Column("completion_tokens", "INTEGER", "int", "Tokens in the reply."),
+    Column("cost", "REAL", "float", "Cost in USD, as the provider reported it."),
+    Column("latency_ms", "REAL", "float", "How long the call took."),
+    Column("cache_hit", "INTEGER", "bool", "Whether the reply came from the cache."),
+    Column("finish_reason", "TEXT", "category", "Why the model stopped."),
+    Column("error", "TEXT", "text", "Why the attempt failed."),
+)
+
+TRANSITIONS = _table(
+    "transitions",
+    "One move of a workflow agent from one state to another.",
+    Column("id", "INTEGER PRIMARY KEY", None, "Insertion order."),
+    Column("step", "INTEGER NOT NULL", "int", "The step of the move."),
+    Column("agent_idx", "INTEGER NOT NULL", "agent", "The agent who moved."),
+    Column("from_state", "TEXT", "category", "The state left (null for the first)."),
+    Column("to_state", "TEXT NOT NULL", "category", "The state entered."),
+    Column("trigger", "TEXT", "text", "What caused the move."),
+    Column(
+        "routine",
+        "INTEGER NOT NULL DEFAULT 0",
+        "bool",
+        "The workflow declares the move part of its ordinary loop.",
+        since=2,
+    ),
+)
+
+CHECKPOINTS = _table(
+    "checkpoints",
+    "The state a resume starts from, after a step.",
+    Column("step", "INTEGER PRIMARY KEY", None, "The step after which it was taken."),
+    Column("state_hash", "TEXT NOT NULL", None, "The step's state hash."),
+    Column("world_state", "TEXT NOT NULL", None, "The world's state, as JSON."),
+    Column("agent_states", "TEXT NOT NULL", None, "The agents' states, as JSON."),
+)
+
+
+def actions_view_ddl() -> str:
+    """The ``CREATE VIEW actions`` statement: one row per decision, from the steps' arrays."""
+    lines = [
+        f"(s.step << {SEQ_BITS}) | j.key AS id",
+        "s.step AS step",
+        "j.key AS seq",
+        "j.value AS agent_idx",
+        "a.agent_id AS agent_id",
+    ]
+    for column in DECISIONS:
+        if column.kind == "agent":
+            continue  # the json_each key and value above
+        value = f"json_extract(s.{column.name}, '$[' || j.key || ']')"
+        if column.kind == "flag":
+            value = f"COALESCE({value}, 0)"
+        lines.append(f"{value} AS {column.name}")
+    select = ",\n".join(f"    {line}" for line in lines)
+    return (
+        f"CREATE VIEW actions AS\nSELECT\n{select}\nFROM steps AS s\n"
+        "JOIN json_each(s.agent_idx) AS j\n"
+        "LEFT JOIN agents AS a ON a.agent_idx = j.value;"
+    )
+
+
+# The tables in the order the DDL creates them (the actions view comes after steps).
+SCHEMA: tuple[Table, ...] = (
+    META,
+    RUNS,
+    AGENTS,
+    STEPS,
+    MESSAGES,
+    LLM_CALLS,
+    TRANSITIONS,
+    CHECKPOINTS,
+)
+
+
+def _ddl() -> str:
+    statements = []
+    for declared in SCHEMA:
+        statements.append(declared.ddl())
+        if declared is STEPS:
+            statements.append(actions_view_ddl())
+    return "\n" + "\n".join(statements) + "\n"
+
+
+DDL = _ddl()
+"""The statements that create a trace (run once, in one script, on a new file)."""
 
 TABLES = (
     "runs",
@@ -138,3 +299,38 @@ TABLES = (
     "transitions",
     "checkpoints",
 )
+"""The tables (and the ``actions`` view) a user queries with SQL; ``meta`` is the trace's own."""
+
+FRAME_NAMES = ("actions", "messages", "llm_calls", "transitions", "steps", "agents")
+"""The trace tables that read as frames (``Run.frame(name)``)."""
+
+
+def frame_columns(name: str) -> tuple[Column, ...]:
+    """The columns frame ``name`` reads from the file, in frame order.
+
+    Args:
+        name: One of ``FRAME_NAMES``.
+
+    Returns:
+        The columns; an ``agent`` column shows as ``agent_id`` (see ``Column.frame_name``).
+
+    Raises:
+        KeyError: ``name`` is not a frame.
+    """
+    if name == "actions":
+        return (ACTION_STEP, ACTION_SEQ, *DECISIONS)
+    if name not in FRAME_NAMES:
+        raise KeyError(name)
+    return table(name).frame_columns
+
+
+def table(name: str) -> Table:
+    """The declaration of table ``name``.
+
+    Raises:
+        KeyError: the trace has no such table.
+    """
+    for declared in SCHEMA:
+        if declared.name == name:
+            return declared
+    raise KeyError(name)

@@ -14,6 +14,19 @@ from vivarium.trace.schema import SEQ_BITS
 
 @dataclass
 class ValidationReport:
+    """What ``validate_trace`` found: ``status`` and one line per problem.
+
+    Attributes:
+        path: The trace checked.
+        status: ``ok``, ``incomplete`` (the run stopped early) or ``corrupt`` (changed since).
+        run_id: The run's id (None when there is no run record).
+        steps_expected: Steps the run asked for.
+        steps_found: Steps in the file.
+        agents: Agents in the file.
+        actions: Decisions in the file.
+        problems: What is wrong, one line each.
+    """
+
     path: Path
     status: str = "ok"  # ok | incomplete | corrupt
     run_id: str | None = None
@@ -25,9 +38,11 @@ class ValidationReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the trace is complete and unchanged."""
         return self.status == "ok"
 
     def lines(self) -> list[str]:
+        """The report as ``vvm validate`` prints it: a head line, then the problems."""
         head = (
             f"{self.status.upper()}: {self.path} run={self.run_id} "
             f"steps={self.steps_found}/{self.steps_expected} agents={self.agents} "

@@ -18,9 +18,20 @@ if TYPE_CHECKING:
 
 
 class FrameViews:
+    """Every frame of a run or sweep as pandas, polars, Arrow or Parquet, from ``arrow(name)``.
+
+    Attributes:
+        frame_names: The frames there are (a sweep adds its own).
+    """
+
     frame_names: tuple[str, ...] = FRAME_NAMES
 
     def arrow(self, name: str) -> Any:
+        """Frame ``name`` as an Arrow table: the one source of the others (subclasses give it).
+
+        Raises:
+            NotImplementedError: always, here.
+        """
         raise NotImplementedError
 
     def frame(self, name: str, kind: str = "pandas") -> Any:
@@ -43,22 +54,27 @@ class FrameViews:
 
     @property
     def messages(self) -> pd.DataFrame:
+        """One row per message: step, seq, author_id, channel, content."""
         return self.frame("messages")
 
     @property
     def llm_calls(self) -> pd.DataFrame:
+        """One row per LLM call attempt: agent, model, tokens, cost, latency, cache hit, error."""
         return self.frame("llm_calls")
 
     @property
     def transitions(self) -> pd.DataFrame:
+        """One row per workflow move: step, agent, from_state, to_state, trigger, routine."""
         return self.frame("transitions")
 
     @property
     def steps(self) -> pd.DataFrame:
+        """One row per step: decisions and messages, world digest, state hash, clock."""
         return self.frame("steps")
 
     @property
     def agents(self) -> pd.DataFrame:
+        """One row per agent: agent_idx, agent_id, policy, seed."""
         return self.frame("agents")
 
     def to_polars(self, name: str | None = None) -> pl.DataFrame | dict[str, pl.DataFrame]:

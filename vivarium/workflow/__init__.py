@@ -1,21 +1,13 @@
-"""Agent workflows, and the restricted evaluator their conditions and artifact methods run in.
+"""Agent workflows: an agent as a state machine of steps, written as data in an agent folder.
 
-The workflow names (``load_agent``, ``WorkflowPolicy``, ...) load on first use, so importing
-``vivarium.workflow.safe_eval`` (as worlds do) stays cheap.
+``load_agent`` reads a folder (``agent.yaml`` + ``system_prompt.md``) into an ``AgentSpec``;
+``WorkflowPolicy`` runs it. Conditions and code steps run in the sandbox (``vivarium.sandbox``).
+The names load on first use, so ``import vivarium.workflow`` stays cheap.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-from vivarium.workflow.safe_eval import (
-    EvaluationError,
-    Limits,
-    UnsafeExpression,
-    check,
-    evaluate,
-    execute,
-)
 
 if TYPE_CHECKING:
     from vivarium.workflow.config import (
@@ -44,23 +36,18 @@ _LAZY = {
 __all__ = [
     "AgentSpec",
     "ComponentConfig",
-    "EvaluationError",
-    "Limits",
     "StateMachine",
     "StepConfig",
     "TransitionConfig",
     "TransitionError",
-    "UnsafeExpression",
     "WorkflowConfig",
     "WorkflowPolicy",
-    "check",
-    "evaluate",
-    "execute",
     "load_agent",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    """Import a workflow name on first use (see ``__all__``)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'vivarium.workflow' has no attribute {name!r}")
@@ -72,4 +59,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    """The public names, loaded or not."""
     return sorted(__all__)

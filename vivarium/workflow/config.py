@@ -25,15 +25,14 @@ from pydantic import (
     model_validator,
 )
 
+from vivarium import sandbox
 from vivarium.errors import ConfigError
+from vivarium.workflow.names import OBSERVATION_KEYS, RESERVED_NAMES
 
 AGENT_FILE = "agent.yaml"
 SYSTEM_PROMPT_FILE = "system_prompt.md"
 WILDCARD = "*"
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
-# Context names the workflow sets itself; code steps may read them but not assign them.
-# (``context`` reads every name in scope: safe_eval.SCOPE_NAME.)
-RESERVED_NAMES = frozenset({"state", "last_transition", "decisions", "context"})
 
 OnFailure = Literal["retry", "skip", "fail"]
 StepType = Literal["llm", "code", "transition"]
@@ -58,13 +57,16 @@ class WorkingMemoryConfig(_Strict):
 
 
 class TransitionConfig(_Strict):
-    """One allowed state change. ``from: "*"`` matches every state; ``condition`` is a safe-eval
-    expression over the context. The string ``"a -> b"`` is shorthand for ``{from: a, to: b}``.
+    """One allowed state change.
+
+    ``from: "*"`` matches every state; ``condition`` is a sandboxed expression over the context.
+    The string ``"a -> b"`` is shorthand for ``{from: a, to: b}``.
 
     ``routine: true`` marks a move of the workflow's ordinary loop (the last state going back
     to the first, a periodic review returning to work). It is recorded with every transition
     the rule allows (the trace's ``transitions.routine``), so analysis does not count the loop
-    going round as the agent changing its mind (``pivots``)."""
+    going round as the agent changing its mind (``pivots``).
+    """
 
     from_: str = Field(alias="from", min_length=1)
     to: str = Field(min_length=1)
@@ -83,8 +85,11 @@ class TransitionConfig(_Strict):
 
 
 class StepConfig(_Strict):
-    """One step. ``llm`` asks the model for an action, ``code`` runs safe-eval statements that set
-    context variables, ``transition`` asks the model to pick a key of ``transition_map``."""
+    """One step of a workflow, of one of three types.
+
+    ``llm`` asks the model for an action, ``code`` runs sandboxed statements that set context
+    variables, ``transition`` asks the model to pick a key of ``transition_map``.
+    """
 
     name: str = Field(pattern=NAME_PATTERN)
     type: StepType = "llm"
@@ -131,12 +136,15 @@ class WorkflowConfig(_Strict):
 
     @property
     def start(self) -> str:
+        """The state a new agent starts in: ``initial_state``, else the first state."""
         return self.initial_state or self.states[0]
 
     def on_failure(self, step: StepConfig) -> OnFailure:
+        """What a failed ``step`` does: its own ``on_failure``, else the workflow's default."""
         return step.on_failure or self.default_on_failure
 
     def max_retries(self, step: StepConfig) -> int:
+        """How many more attempts a failed ``step`` gets: its own, else the workflow's default."""
         return self.default_max_retries if step.max_retries is None else step.max_retries
 
 
@@ -208,8 +216,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def resolve_agent_folder(folder: str | Path, base_dir: str | Path | None = None) -> Path:
-    """A relative folder is looked up from the config's ``base_dir`` first, then from the
-    working directory, so a config runs the same from a notebook folder or the project root."""
+    """The agent folder a config names, as a path.
+
+    A relative folder is looked up from the config's ``base_dir`` first, then from the working
+    directory, so a config runs the same from a notebook folder or the project root.
+    """
     path = Path(folder)
     if not path.is_absolute() and base_dir and (Path(base_dir) / path).exists():
         return Path(base_dir) / path
@@ -217,8 +228,11 @@ def resolve_agent_folder(folder: str | Path, base_dir: str | Path | None = None)
 
 
 def folder_enabled(folder: str | Path) -> bool:
-    """What the folder's ``agent.yaml`` says of ``enabled`` (True when it cannot be read: loading
-    the agent reports that, in one line, when the run is built)."""
+    """What the folder's ``agent.yaml`` says of ``enabled``.
+
+    True when it cannot be read: loading the agent reports that, in one line, when the run is
+    built.
+    """
     import yaml
 
     path = Path(folder)
@@ -233,8 +247,10 @@ def folder_enabled(folder: str | Path) -> bool:
 
 
 def spec_digest(folder: str | Path) -> str | None:
-    """SHA-256 of what ``load_agent`` reads (``agent.yaml``, ``system_prompt.md``), or None
-    when there is no agent file: editing an agent's folder changes the run it makes."""
+    """SHA-256 of what ``load_agent`` reads (``agent.yaml``, ``system_prompt.md``).
+
+    None when there is no agent file. Editing an agent's folder changes the run it makes.
+    """
     import hashlib
 
     path = Path(folder)
@@ -285,16 +301,20 @@ def load_agent(folder: str | Path) -> AgentSpec:
 
 
 def check_spec(spec: AgentSpec, where: str = "agent") -> None:
-    """The cross-field checks pydantic cannot do: names refer to things that exist, code and
-    conditions are accepted by the safe evaluator, each step has what its type needs."""
+    """The cross-field checks pydantic cannot do.
+
+    Names refer to things that exist, code and conditions are accepted by the sandbox, each step
+    has what its type needs.
+
+    Raises:
+        ConfigError: The first problem, prefixed with ``where``.
+    """
     errors = _problems(spec)
     if errors:
         raise ConfigError(f"{where}: {errors[0]}")
 
 
 def _problems(spec: AgentSpec) -> list[str]:
-    from vivarium.workflow import safe_eval
-
     wf = spec.workflow
     states = wf.states
     known = set(states)
@@ -312,12 +332,12 @@ def _problems(spec: AgentSpec) -> list[str]:
             )
             return
         try:
-            safe_eval.check(source, mode)
+            sandbox.check(source, mode)
         except Exception as exc:  # UnsafeExpression, or a syntax error however it is reported
             out.append(f"{field}: {_one_line(str(exc))}")
             return
         # A name the context will not hold fails every evaluation at run time: refuse it now.
-        unknown = sorted(safe_eval.names_read(source, mode) - readable)
+        unknown = sorted(sandbox.names_read(source, mode) - readable)
         if unknown:
             out.append(
                 f"{field}: unknown name {unknown[0]!r} (not a workflow variable, an observation "
@@ -459,11 +479,11 @@ def _step_problems(
 
 
 def _readable_names(spec: AgentSpec) -> set[str]:
-    """Every name the context of a decision can hold: the workflow's variables, the fields of an
-    observation (``vivarium.workflow.prompt.OBSERVATION_KEYS``, ``tick``), the workflow's own
-    facts, and whatever a code step assigns (it is kept as a variable)."""
-    from vivarium.workflow.prompt import OBSERVATION_KEYS
+    """Every name the context of a decision can hold.
 
+    The workflow's variables, the fields of an observation (``OBSERVATION_KEYS``, ``tick``), the
+    workflow's own facts, and whatever a code step assigns (it is kept as a variable).
+    """
     names = {*spec.workflow.variables, *OBSERVATION_KEYS, "tick", *RESERVED_NAMES}
     for step in spec.workflow.steps:
         if step.type == "code" and step.code:
@@ -472,10 +492,12 @@ def _readable_names(spec: AgentSpec) -> set[str]:
 
 
 def _assigned_names(code: str, *, defining: bool = False) -> set[str]:
-    """Names a code block binds, as the run sees them: plain and unpacked targets (``a, b = ...``)
-    and the name under an item assignment or an augmented one (``d['k'] = v`` rebinds ``d``).
-    ``defining``: only the names a plain assignment creates (``x += 1`` and ``d['k'] = v`` need
-    ``x`` and ``d`` to exist already)."""
+    """Names a code block binds, as the run sees them.
+
+    Plain and unpacked targets (``a, b = ...``) and the name under an item assignment or an
+    augmented one (``d['k'] = v`` rebinds ``d``). ``defining``: only the names a plain
+    assignment creates (``x += 1`` and ``d['k'] = v`` need ``x`` and ``d`` to exist already).
+    """
     import ast
 
     try:

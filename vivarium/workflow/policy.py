@@ -22,9 +22,13 @@ than one llm step produces an action, the last one counts.
 A failed step (model error, unusable reply, safe-eval error, refused choice) follows its
 ``on_failure``: ``retry`` (up to ``max_retries`` more attempts, the model told what was wrong; when
 they run out the step fails), ``skip`` (go on with the next step) or ``fail`` (end the decision:
-``noop`` with the reason). Nothing raises out of a decision, except an error marked ``fatal`` (a
+``noop`` with the reason). Nothing raises out of a decision, except a ``RunStoppingError`` (a
 replay with no recorded reply) and an LLM outage that outlasted the retries (``LLMUnavailable``,
 unless ``on_llm_error="fallback"``): both must stop the run, the outage resumably.
+
+The actions an agent may take, and their arguments, come from the registry of the world it acts
+in: the engine hands it over (``use_world_actions``) when the run is built. A policy used alone
+without a ``registry`` names actions without arguments and leaves the checks to the world.
 
 ``ActionRequest.metadata``: ``agent_state`` (taken out of the record by the engine),
 ``transitions`` (``{"from_state", "to_state", "trigger"}``), ``workflow_state``, ``steps`` (one
@@ -42,24 +46,28 @@ import json
 import re
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from vivarium import sandbox
+from vivarium.errors import RunStoppingError
 from vivarium.gateways.base import LLMResponse, stop_if_unavailable
+from vivarium.memory import relevant_memories
 from vivarium.policies.parsing import (
     FALLBACK_ACTION,
     MAX_REASON_CHARS,
     MAX_REASONING_CHARS,
-    _check,
-    _json_values,
+    check_arguments,
+    json_values,
     parse_action,
     truncate,
 )
 from vivarium.policies.prompting import arg_models_for, available_tools, describe_tool
-from vivarium.seeding import canonical_json, derive_seed
+from vivarium.seeding import canonical_json, workflow_request_seed
 from vivarium.types import ActionRequest
-from vivarium.workflow.config import RESERVED_NAMES, AgentSpec, StepConfig
+from vivarium.workflow.config import AgentSpec, StepConfig
+from vivarium.workflow.names import RESERVED_NAMES
 from vivarium.workflow.prompt import (
     build_context,
     build_prompt,
@@ -68,12 +76,10 @@ from vivarium.workflow.prompt import (
     render_template,
 )
 from vivarium.workflow.state_machine import StateMachine
-from vivarium.worlds.registry import ActionRegistry
 
 ACT_TOOL = "act"
 CHOOSE_TOOL = "choose"
 DEFAULT_MAX_TOKENS = 384
-PROVIDER_SEED_MASK = 0x7FFFFFFF
 MAX_VARIABLES_CHARS = 65_536  # canonical JSON of all variables: agent state stays small
 STATE_VERSION = 1
 DEFAULT_SYSTEM_PROMPT = (
@@ -84,6 +90,22 @@ DEFAULT_SYSTEM_PROMPT = (
 Request = dict[str, Any]
 Reply = tuple[LLMResponse | None, str | None]
 Flow = Generator[Request, Reply, Any]
+
+
+class ActionCatalog(Protocol):
+    """What a workflow reads of the world's action registry (``ActionRegistry`` is one).
+
+    The engine hands the world's registry to the policy (``use_world_actions``); the workflow
+    only looks actions up, to describe them to the model and to check the arguments it returns.
+    """
+
+    def get(self, name: str) -> Any:
+        """The action's spec (``tool_spec()``, ``arguments``, ``description``), or None."""
+        ...
+
+    def __contains__(self, name: object) -> bool:
+        """Whether the world has an action called ``name``."""
+        ...
 
 
 class StepFailed(Exception):
@@ -151,7 +173,7 @@ def act_tool(
 
 def _argument_schemas(
     actions: Sequence[str],
-    registry: ActionRegistry | None,
+    registry: ActionCatalog | None,
     observation: Mapping[str, Any],
     agent_id: str,
 ) -> dict[str, dict[str, Any]]:
@@ -212,6 +234,14 @@ def _force(name: str) -> dict[str, Any]:
 # -- reading replies ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ParsedStep:
+    """What a reply said, read: the value, the model's reasoning, and how it was found.
+
+    Attributes:
+        value: ``(action name, arguments)`` for ``act``, the chosen key for ``choose``.
+        reasoning: The model's reasoning fields, joined (None when it gave none).
+        path: How the value was found: ``tool_call``, ``json_text`` or ``text``.
+    """
+
     value: Any  # (action name, arguments) for act, the key for choose
     reasoning: str | None
     path: str
@@ -254,7 +284,7 @@ def _action_in(
             arguments = json.loads(arguments) if arguments.strip() else {}
         except ValueError:
             error = "arguments are not valid JSON"
-    checked = _check(name, arguments, error, allowed, arg_models)
+    checked = check_arguments(name, arguments, error, allowed, arg_models)
     return checked if isinstance(checked, str) else (str(name), checked)
 
 
@@ -263,9 +293,11 @@ def parse_act(
     allowed: Sequence[str],
     arg_models: Mapping[str, type[BaseModel]] | None = None,
 ) -> ParsedStep | str:
-    """The action in a reply: an ``act`` tool call, else an action tool call or JSON in the text
-    (``{"action": {"name", "arguments"}}`` and the shapes ``parse_action`` knows). Else the
-    reason there is none."""
+    """The action in a reply, or the reason there is none.
+
+    An ``act`` tool call, else an action tool call or JSON in the text
+    (``{"action": {"name", "arguments"}}`` and the shapes ``parse_action`` knows).
+    """
     allowed = tuple(allowed)
     models = arg_models or {}
     reasons: list[str] = []
@@ -284,7 +316,7 @@ def parse_act(
             return ParsedStep(found, _reasoning(call.arguments), "tool_call")
     content = response.content if isinstance(response.content, str) else ""
     # JSON in the text, the act payload shape first
-    values, _ = _json_values(content) if content.strip() else ([], False)
+    values, _ = json_values(content) if content.strip() else ([], False)
     for value in values:
         if isinstance(value, Mapping) and "action" in value:
             found = _action_in(value, allowed, models)
@@ -310,8 +342,10 @@ _WORDISH = re.compile(r"^[\s`'\"*]*([A-Za-z0-9_\-]+)[\s`'\".!*]*$")
 
 
 def parse_choice(response: LLMResponse, options: Sequence[str]) -> ParsedStep | str:
-    """One of ``options`` from a ``choose`` call, JSON with ``choice``, or a reply that is just
-    the option. Else the reason there is none."""
+    """One of ``options`` from a reply, or the reason there is none.
+
+    A ``choose`` call, JSON with ``choice``, or a reply that is just the option.
+    """
     shown = ", ".join(options)
     reasons = []
 
@@ -333,7 +367,7 @@ def parse_choice(response: LLMResponse, options: Sequence[str]) -> ParsedStep | 
             return ParsedStep(call.name, _reasoning(call.arguments), "tool_call")
     content = response.content if isinstance(response.content, str) else ""
     if content.strip():
-        values, _ = _json_values(content)
+        values, _ = json_values(content)
         for value in values:
             if isinstance(value, Mapping):
                 for key in ("choice", "option", "next", "transition"):
@@ -380,33 +414,9 @@ def _error_text(prefix: str, exc: BaseException) -> str:
 
 
 def _relevant(entries: Sequence[Any], query: str, k: int) -> list[Any]:
-    try:
-        from vivarium.memory import relevant_memories
-    except ImportError:  # pragma: no cover - the memory module ships with the ecology world
-        words = set(re.findall(r"\w+", query.lower()))
-        scored = []
-        for i, entry in enumerate(entries):
-            text = str(entry.get("text", "")) if isinstance(entry, Mapping) else str(entry)
-            overlap = len(words & set(re.findall(r"\w+", text.lower())))
-            if overlap:
-                scored.append((-overlap, -i, entry))
-        return [e for *_, e in sorted(scored, key=lambda s: (s[0], s[1]))[:k]]
+    """The ``k`` memory entries most relevant to ``query`` (entries without text are skipped)."""
     clean = [e for e in entries if isinstance(e, Mapping) and "text" in e and "time_step" in e]
     return relevant_memories(clean, query, k)
-
-
-def _default_registry() -> ActionRegistry | None:
-    """The ecology world's actions when that world is installed (for argument descriptions and
-    checks); ``None`` otherwise: actions are then named without arguments and the world checks."""
-    try:
-        from vivarium.worlds import ecology
-    except ImportError:
-        return None
-    for name in ("ECOLOGY_ACTIONS", "ACTIONS", "REGISTRY"):
-        registry = getattr(ecology, name, None)
-        if isinstance(registry, ActionRegistry):
-            return registry
-    return None
 
 
 # -- one decision ------------------------------------------------------------------------------
@@ -434,8 +444,11 @@ class _Decision:
 
 
 class WorkflowPolicy:
-    """A workflow agent (see the module docstring). Pure: the agent state goes in through the
-    observation and comes out in the request's metadata; the policy object holds none of it."""
+    """A workflow agent (see the module docstring).
+
+    Pure: the agent state goes in through the observation and comes out in the request's
+    metadata; the policy object holds none of it.
+    """
 
     name = "workflow"
     uses_agent_state = True
@@ -446,32 +459,53 @@ class WorkflowPolicy:
         gateway: Any,
         *,
         seed: int | None = None,
-        registry: ActionRegistry | None = None,
+        request_seed: int | None = None,
+        registry: ActionCatalog | None = None,
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> None:
+        """Run ``spec``'s workflow, asking ``gateway``.
+
+        Args:
+            spec: The loaded agent (``load_agent``).
+            gateway: The LLM gateway (``chat`` / ``achat``).
+            seed: The agent's seed, recorded in the trace; request seeds derive from it.
+            request_seed: The provider seed of every request (from a build plan), if given.
+            registry: The actions to describe and check; None until the engine hands over
+                the world's (``use_world_actions``), and then kept if given here.
+            model: The model, unless the agent names one.
+            temperature: The sampling temperature, unless the agent sets one (default 0).
+            max_tokens: The reply limit, unless the agent sets one.
+        """
         self.spec = spec
         self.gateway = gateway
+        # The agent's seed (recorded in the trace) and, from a build plan, the provider seed of
+        # its requests; without one, each request's seed is derived from ``seed`` per agent.
         self.seed = seed
+        self._request_seed = request_seed
         self._own_registry = registry is not None
-        self.registry = registry if registry is not None else _default_registry()
+        self.registry = registry
         self.machine = StateMachine.from_config(spec.workflow)
         self.model = spec.llm_model or model or getattr(gateway, "model", None) or "mock"
         self.temperature = next((t for t in (spec.temperature, temperature) if t is not None), 0.0)
         self.max_tokens = spec.max_tokens or max_tokens or DEFAULT_MAX_TOKENS
 
     def __repr__(self) -> str:
+        """``WorkflowPolicy(agent='...', model='...')``."""
         return f"WorkflowPolicy(agent={self.spec.id!r}, model={self.model!r})"
 
-    def use_world_actions(self, registry: ActionRegistry, world: str) -> None:
-        """Describe and check actions with the registry of the world the agent acts in (called
-        by the engine when a run is built); a registry given to the constructor is kept."""
+    def use_world_actions(self, registry: ActionCatalog, world: str) -> None:
+        """Describe and check actions with the registry of the world the agent acts in.
+
+        Called by the engine when a run is built; a registry given to the constructor is kept.
+        """
         if not self._own_registry:
             self.registry = registry
 
     # -- agent state ---------------------------------------------------------------------------
     def initial_state(self) -> dict[str, Any]:
+        """The agent state of a new agent: the initial state, the declared variables, no counts."""
         return {
             "version": STATE_VERSION,
             "state": self.machine.initial_state,
@@ -512,9 +546,16 @@ class WorkflowPolicy:
 
     # -- requests ------------------------------------------------------------------------------
     def request_seed(self, agent_id: str) -> int | None:
+        """The provider seed of ``agent_id``'s requests.
+
+        The ``request_seed`` given to the constructor (an agent built from a config gets its
+        plan's), else ``seeding.workflow_request_seed`` of ``seed`` and the agent id, else None.
+        """
+        if self._request_seed is not None:
+            return self._request_seed
         if self.seed is None:
             return None
-        return derive_seed(self.seed, "workflow", agent_id) & PROVIDER_SEED_MASK
+        return workflow_request_seed(self.seed, agent_id)
 
     def _system(self, context: Mapping[str, Any]) -> str:
         return render_template(self.spec.system_prompt or DEFAULT_SYSTEM_PROMPT, context)
@@ -547,7 +588,7 @@ class WorkflowPolicy:
                 extras.append("Working memory:\n" + text)
         return extras
 
-    def act_request(
+    def _act_request(
         self, d: _Decision, step: StepConfig, actions: Sequence[str], note: str | None
     ) -> Request:
         prompt = build_prompt(step, d.context, self.spec)
@@ -577,7 +618,7 @@ class WorkflowPolicy:
         )
         return self._request(d, "\n\n".join(parts), tool, ACT_TOOL)
 
-    def choose_request(self, d: _Decision, step: StepConfig, note: str | None) -> Request:
+    def _choose_request(self, d: _Decision, step: StepConfig, note: str | None) -> Request:
         prompt = build_prompt(step, d.context, self.spec)
         options = list(step.transition_map)
         lines = [f"Choose exactly one of: {', '.join(options)}."]
@@ -596,7 +637,9 @@ class WorkflowPolicy:
         self, *, run_id: str, time_step: int, agent_id: str, observation: Mapping[str, Any]
     ) -> Flow:
         """Yields each model request, gets ``(response, error)`` back, returns the action.
-        ``decide`` and ``adecide`` drive the same generator, so they cannot disagree."""
+
+        ``decide`` and ``adecide`` drive the same generator, so they cannot disagree.
+        """
         state, reset = self._load_state(observation.get("agent_state"))
         d = _Decision(
             run_id=run_id,
@@ -613,7 +656,7 @@ class WorkflowPolicy:
         except StepFailed as exc:
             d.failure = str(exc)
         except Exception as exc:  # a bug must not end the run: record it, act noop
-            if getattr(exc, "fatal", False):
+            if isinstance(exc, RunStoppingError):
                 raise
             d.failure = _error_text("workflow error: ", exc)
         return self._finish(d)
@@ -661,12 +704,10 @@ class WorkflowPolicy:
         attempts = 1 + (wf.max_retries(step) if policy == "retry" else 0)
         reason: str | None = None
         if step.run_if is not None:
-            from vivarium.workflow import safe_eval
-
             try:
-                go = bool(safe_eval.evaluate(step.run_if, d.context))
+                go = bool(sandbox.evaluate(step.run_if, d.context))
             except Exception as exc:  # a broken condition is the step's failure; no retry
-                if getattr(exc, "fatal", False):
+                if isinstance(exc, RunStoppingError):
                     raise
                 go, reason, attempts = True, _error_text("run_if: ", exc), 0
                 entry["attempts"] = 0
@@ -711,7 +752,7 @@ class WorkflowPolicy:
             actions = available_tools(d.observation)
             if not actions:
                 raise StepFailed("no actions available")
-            request = self.act_request(d, step, actions, note)
+            request = self._act_request(d, step, actions, note)
             response = yield from self._ask(d, request)
             registry = self.registry
             models = (
@@ -727,7 +768,7 @@ class WorkflowPolicy:
             d.parse_path = parsed.path
             d.action_step = step.name
         else:  # transition
-            request = self.choose_request(d, step, note)
+            request = self._choose_request(d, step, note)
             response = yield from self._ask(d, request)
             parsed = parse_choice(response, list(step.transition_map))
             if isinstance(parsed, str):
@@ -763,12 +804,10 @@ class WorkflowPolicy:
         return response
 
     def _run_code(self, d: _Decision, step: StepConfig) -> None:
-        from vivarium.workflow import safe_eval
-
         try:
-            assigned = safe_eval.execute(step.code or "", d.context)
+            assigned = sandbox.execute(step.code or "", d.context)
         except Exception as exc:
-            if getattr(exc, "fatal", False):
+            if isinstance(exc, RunStoppingError):
                 raise
             raise StepFailed(_error_text("code: ", exc)) from None
         reserved = sorted(RESERVED_NAMES & set(assigned))
@@ -832,6 +871,7 @@ class WorkflowPolicy:
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """One decision, calling the model with ``chat`` (see the module docstring)."""
         flow = self._flow(
             run_id=run_id, time_step=time_step, agent_id=agent_id, observation=observation
         )
@@ -845,6 +885,7 @@ class WorkflowPolicy:
     async def adecide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """One decision, awaiting the model with ``achat``: the same walk as ``decide``."""
         flow = self._flow(
             run_id=run_id, time_step=time_step, agent_id=agent_id, observation=observation
         )

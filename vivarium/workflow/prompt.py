@@ -16,30 +16,11 @@ from typing import Any
 
 from vivarium.seeding import canonical_json
 from vivarium.workflow.config import AgentSpec, StepConfig
+from vivarium.workflow.names import OBSERVATION_KEYS
 
 MAX_VALUE_CHARS = 4000  # one substituted value; a huge artifact list must not flood a prompt
 ELLIPSIS = "…"
 
-# Observation keys copied into the context (the ecology world's; others pass through too).
-OBSERVATION_KEYS = (
-    "agent_id",
-    "balance",
-    "time_step",
-    "time_remaining",
-    "progress_percent",
-    "steps_total",
-    "artifacts",
-    "my_artifacts",
-    "action_history",
-    "failure_history",
-    "last_action_result",
-    "success_rate",
-    "economic_context",
-    "messages",
-    "working_memory",
-    "memory",
-    "tools",
-)
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)\}")
 
 
@@ -62,8 +43,11 @@ def build_context(
     *,
     workflow: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Workflow variables, then the observation (``tick`` = ``time_step``), then the workflow's
-    own facts (``state``, ``last_transition``, ...), each layer over the one before."""
+    """The names a step's prompt and code see, in three layers, each over the one before.
+
+    Workflow variables, then the observation (``tick`` = ``time_step``), then the workflow's own
+    facts (``state``, ``last_transition``, ...). Every ``OBSERVATION_KEYS`` name is present.
+    """
     context: dict[str, Any] = {k: v for k, v in (variables or {}).items()}
     for key, value in observation.items():
         if key == "agent_state" or not isinstance(key, str):
@@ -105,8 +89,11 @@ def _lookup(context: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
 
 
 def render_template(template: str, context: Mapping[str, Any]) -> str:
-    """Replace ``{name}`` and ``{name.key}`` with context values; unknown names stay as they are
-    (so JSON examples in a prompt survive). One pass: substituted text is not re-expanded."""
+    """Replace ``{name}`` and ``{name.key}`` with context values.
+
+    Unknown names stay as they are (so JSON examples in a prompt survive). One pass: substituted
+    text is not re-expanded.
+    """
 
     def sub(match: re.Match[str]) -> str:
         found, value = _lookup(context, match.group(1))

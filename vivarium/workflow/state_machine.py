@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vivarium import sandbox
 from vivarium.errors import VivariumError
 from vivarium.workflow.config import WILDCARD, TransitionConfig, WorkflowConfig
 
@@ -27,6 +28,16 @@ class StateMachine:
         transitions: Sequence[TransitionConfig | Mapping[str, Any] | str] = (),
         initial_state: str | None = None,
     ) -> None:
+        """Check the states and parse the rules.
+
+        Args:
+            states: The states, at least one.
+            transitions: The rules (``TransitionConfig``, a mapping, or ``"a -> b"``).
+            initial_state: Where an agent starts; the first state when None.
+
+        Raises:
+            ValueError: No states, or an initial state that is not one of them.
+        """
         if not states:
             raise ValueError("a state machine needs at least one state")
         self.states: tuple[str, ...] = tuple(states)
@@ -40,6 +51,7 @@ class StateMachine:
 
     @classmethod
     def from_config(cls, workflow: WorkflowConfig) -> StateMachine:
+        """The machine of a workflow's states, transitions and start state."""
         return cls(workflow.states, workflow.transitions, workflow.start)
 
     def why_not(self, src: str, dst: str, context: Mapping[str, Any] | None = None) -> str | None:
@@ -49,8 +61,10 @@ class StateMachine:
     def _match(
         self, src: str, dst: str, context: Mapping[str, Any] | None
     ) -> tuple[TransitionConfig | None, str | None]:
-        """The rule that allows ``src -> dst`` (the first listed whose condition holds; None
-        when no rule is needed), or the reason no rule does."""
+        """The rule that allows ``src -> dst``, or the reason no rule does.
+
+        The rule is the first listed whose condition holds; None when no rule is needed.
+        """
         for name in (src, dst):
             if name not in self.states:
                 return None, f"state {name!r} is not defined (states: {', '.join(self.states)})"
@@ -64,9 +78,7 @@ class StateMachine:
             if rule.condition is None:
                 return rule, None
             try:
-                from vivarium.workflow import safe_eval
-
-                if safe_eval.evaluate(rule.condition, dict(context or {})):
+                if sandbox.evaluate(rule.condition, dict(context or {})):
                     return rule, None
                 problems.append(f"condition {rule.condition!r} is false")
             except Exception as exc:  # EvaluationError, UnsafeExpression: not allowed, say why
@@ -78,6 +90,7 @@ class StateMachine:
         return None, f"{src} -> {dst} not allowed: " + "; ".join(problems)
 
     def can_transition(self, src: str, dst: str, context: Mapping[str, Any] | None = None) -> bool:
+        """Whether ``src -> dst`` is allowed in ``context``."""
         return self.why_not(src, dst, context) is None
 
     def transition(
@@ -88,8 +101,15 @@ class StateMachine:
         *,
         trigger: str = "",
     ) -> dict[str, Any]:
-        """The record ``{"from_state", "to_state", "trigger", "routine"}``, or
-        ``TransitionError``; ``routine`` is the flag of the rule that allowed the move."""
+        """The record of the move ``src -> dst``.
+
+        Returns:
+            ``{"from_state", "to_state", "trigger", "routine"}``; ``routine`` is the flag of the
+            rule that allowed the move.
+
+        Raises:
+            TransitionError: The move is not allowed; the message says why.
+        """
         rule, reason = self._match(src, dst, context)
         if reason is not None:
             raise TransitionError(reason)

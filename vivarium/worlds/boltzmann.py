@@ -2,9 +2,8 @@
 
 Every agent starts with ``starting_wealth`` units (1). Each step every agent with wealth gives one
 unit to another agent picked at random; wealth is conserved and its distribution grows a long
-tail. Importing this module registers world ``boltzmann`` and policy ``boltzmann``, so it works
-as a plugin: ``import vivarium.worlds.boltzmann`` (or ``plugins: [vivarium.worlds.boltzmann]``
-in a sweep section), then
+tail. World ``boltzmann`` and policy ``boltzmann`` are built in (``vivarium.build`` imports this
+module when a run uses them):
 
 ```python
 Experiment(world="boltzmann", policy="boltzmann", agents=1000, steps=200, order="shuffle")
@@ -28,20 +27,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vivarium.build import register_policy, register_world
-from vivarium.policies.random import CountingRandom
-from vivarium.seeding import stable_agent_seed
+from vivarium.seeding import CountingRandom
 from vivarium.types import ActionRequest, ActionResult
 from vivarium.worlds.registry import ActionError, ActionRegistry, NoArguments
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from vivarium.build import PlannedAgent
-    from vivarium.config import ExperimentConfig
 
-
-class GiveArgs(BaseModel):
+# No docstring: pydantic would put it in the ``give`` tool's JSON schema (the prompt an LLM sees).
+class GiveArgs(BaseModel):  # noqa: D101
     model_config = ConfigDict(extra="forbid")
     to: str = Field(description="The id of the agent who receives one unit of wealth.")
 
@@ -65,7 +60,11 @@ BOLTZMANN_ACTIONS.action("give", "Give one unit of your wealth to another agent.
 
 
 class BoltzmannWorld:
-    """Agents' wealth; ``give`` moves one unit. Total wealth never changes."""
+    """Agents' wealth; ``give`` moves one unit. Total wealth never changes.
+
+    It implements ``World`` and the capabilities ``NamedWorld``, ``ActionWorld`` and
+    ``CheckpointableWorld`` of ``vivarium.worlds.base``.
+    """
 
     name = "boltzmann"
 
@@ -75,6 +74,16 @@ class BoltzmannWorld:
         starting_wealth: int = 1,
         registry: ActionRegistry | None = None,
     ) -> None:
+        """Give every agent ``starting_wealth`` units.
+
+        Args:
+            agent_ids: The agents, in the order ``observe`` lists them and snapshots store them.
+            starting_wealth: Units each agent starts with.
+            registry: The actions to offer; by default a copy of ``BOLTZMANN_ACTIONS``.
+
+        Raises:
+            ValueError: ``starting_wealth`` is negative.
+        """
         if starting_wealth < 0:
             raise ValueError(f"starting_wealth must be >= 0, not {starting_wealth}")
         self.agent_ids = tuple(agent_ids)
@@ -86,6 +95,11 @@ class BoltzmannWorld:
 
     # -- the world protocol -------------------------------------------------------------------
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
+        """What ``agent_id`` sees: the time step, its id and wealth, every agent id and the tools.
+
+        The agent ids and tools are shared tuples, not copies: building an observation must stay
+        cheap when a thousand agents observe every step.
+        """
         return {
             "time_step": time_step,
             "agent_id": agent_id,
@@ -95,6 +109,11 @@ class BoltzmannWorld:
         }
 
     def apply(self, request: ActionRequest) -> ActionResult:
+        """Perform one action; a refused action comes back as a failed result, never raises.
+
+        A well-formed ``give`` takes a fast path with the same outcome as the registry's; anything
+        else (or a registry whose ``give`` was overridden) goes through ``ActionRegistry.dispatch``.
+        """
         args = request.arguments
         # The common case, checked by hand (the registry's validation costs more than the move).
         if (
@@ -111,11 +130,21 @@ class BoltzmannWorld:
         return self.registry.dispatch(self, request)
 
     def state_digest(self) -> str:
+        """A short fingerprint of the state (transfer count and a hash of all wealth) for traces."""
         counts = array("q", self.wealth.values()).tobytes()
         return f"t{self.transfers}:{hashlib.sha256(counts).hexdigest()[:16]}"
 
     # -- the model ----------------------------------------------------------------------------
     def give(self, giver: str, receiver: str) -> None:
+        """Move one unit of wealth from ``giver`` to ``receiver``.
+
+        Args:
+            giver: The agent that pays.
+            receiver: The agent that receives.
+
+        Raises:
+            ActionError: ``receiver`` is unknown or is ``giver``, or ``giver`` has nothing.
+        """
         wealth = self.wealth
         if receiver not in wealth:
             raise ActionError(f"unknown agent '{receiver}'")
@@ -129,23 +158,44 @@ class BoltzmannWorld:
 
     @property
     def total_wealth(self) -> int:
+        """The sum of all wealth: always agents times ``starting_wealth`` (a check on the model)."""
         return sum(self.wealth.values())
 
     # -- checkpoints --------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
+        """The state as JSON-ready data: wealth in ``agent_ids`` order and the transfer count."""
         return {"wealth": [self.wealth[a] for a in self.agent_ids], "transfers": self.transfers}
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Return to a state ``snapshot`` took, for a world built with the same ``agent_ids``.
+
+        Raises:
+            ValueError: The snapshot holds a different number of agents.
+        """
         self.wealth = dict(zip(self.agent_ids, state["wealth"], strict=True))
         self.transfers = state["transfers"]
 
 
 class BoltzmannPolicy:
-    """Give one unit to a random other agent (drawn with this agent's own generator)."""
+    """Give one unit to a random other agent (drawn with this agent's own generator).
+
+    An ``AgentPolicy`` and a ``StatefulPolicy`` (its generator is checkpointed).
+    """
 
     name = "boltzmann"
 
     def __init__(self, agent_id: str, agent_ids: Sequence[str], seed: int) -> None:
+        """Set up the policy of one agent.
+
+        Args:
+            agent_id: The agent this policy decides for.
+            agent_ids: Every agent in the world (``agent_id`` included or not).
+            seed: This agent's own seed (``stable_agent_seed(seed, agent_id)``), so that its
+                draws do not depend on the other agents or on the order they act in.
+
+        Raises:
+            ValueError: There is no other agent to give to.
+        """
         self.agent_id = agent_id
         self.others = [a for a in agent_ids if a != agent_id]
         if not self.others:
@@ -156,6 +206,10 @@ class BoltzmannPolicy:
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
+        """Give to a uniformly drawn other agent if the observation shows wealth, else ``noop``.
+
+        As Mesa's agent does, an agent with nothing does nothing (and draws no random number).
+        """
         if observation.get("wealth", 0) > 0:
             to = self.others[self.rng.randrange(len(self.others))]
             action, arguments = "give", {"to": to}
@@ -172,30 +226,14 @@ class BoltzmannPolicy:
         )
 
     def get_state(self) -> dict[str, Any]:
+        """The generator's position (seed and words drawn): small, unlike its full state."""
         return {"seed": self.seed, "words": self.rng.words}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Resume from ``get_state``: reseed and skip the words already drawn."""
         self.seed = state["seed"]
         self.rng = CountingRandom(self.seed)
         self.rng.skip(state["words"])
-
-
-# -- registration -----------------------------------------------------------------------------
-def _world_factory(
-    config: ExperimentConfig, plan: list[PlannedAgent], shared: dict[str, Any]
-) -> Any:
-    return BoltzmannWorld([p.agent_id for p in plan], **dict(config.world_options))
-
-
-def _policy_factory(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:
-    ids = shared.get("boltzmann_ids")
-    if ids is None:
-        ids = shared["boltzmann_ids"] = [p.agent_id for p in shared["plan"]]
-    return BoltzmannPolicy(agent.agent_id, ids, stable_agent_seed(config.seed, agent.agent_id))
-
-
-register_world("boltzmann", _world_factory)
-register_policy("boltzmann", _policy_factory)
 
 
 # -- reading the outcome ----------------------------------------------------------------------

@@ -7,23 +7,27 @@ step, the agent id, the last ``message_history_limit`` messages and the tool nam
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from vivarium.types import ActionRequest, ActionResult
+from vivarium.worlds.base import BatchDecisions, BatchOutcomes
 from vivarium.worlds.registry import ActionError, ActionRegistry, NoArguments
 
 MAX_MESSAGE_CHARS = 8000
 
 
-class EmitEventArgs(BaseModel):
+# No docstring: pydantic would put it in the tool schema an LLM is shown.
+class EmitEventArgs(BaseModel):  # noqa: D101
     model_config = ConfigDict(extra="forbid")
     value: StrictInt = Field(description="An integer payload for the event.")
     seen_time_step: StrictInt | None = Field(default=None, description="The step the agent saw.")
 
 
-class PostMessageArgs(BaseModel):
+# No docstring: pydantic would put it in the tool schema an LLM is shown.
+class PostMessageArgs(BaseModel):  # noqa: D101
     model_config = ConfigDict(extra="forbid")
     content: str = Field(description="The text to post to the shared channel.")
 
@@ -60,18 +64,30 @@ CHANNEL_ACTIONS.action(
     "post_message", "Post a message that every agent will see.", PostMessageArgs
 )(_post_message)
 
-# Actions the batch path of random agents may apply without building requests.
+# Actions ``apply_batch`` may apply without building requests: they always succeed, with no
+# result, and only how many agents took them changes the world.
 _BATCHABLE = {"noop": _noop, "emit_event": _emit_event}
 
 
 class InMemoryChannel:
-    """A message board shared by all agents. Worlds are protocols: this one is also a base."""
+    """A message board shared by all agents. Worlds are protocols: this one is also a base.
+
+    It implements ``World`` and the capabilities ``NamedWorld``, ``ActionWorld``,
+    ``MessagingWorld``, ``CheckpointableWorld`` and ``BatchWorld`` (``noop`` and
+    ``emit_event``) of ``vivarium.worlds.base``.
+    """
 
     name = "channel"
 
     def __init__(
         self, message_history_limit: int = 20, registry: ActionRegistry | None = None
     ) -> None:
+        """An empty board.
+
+        Args:
+            message_history_limit: How many of the latest messages an observation shows.
+            registry: The actions (default: a copy of ``CHANNEL_ACTIONS``, to extend).
+        """
         self.message_history_limit = message_history_limit
         self.registry = registry or CHANNEL_ACTIONS.extend()
         self.messages: list[dict[str, Any]] = []
@@ -82,6 +98,7 @@ class InMemoryChannel:
 
     # -- the world protocol -------------------------------------------------------------------
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
+        """The step, the agent's id, the latest messages and the tool names."""
         limit = self.message_history_limit
         return {
             "time_step": time_step,
@@ -91,9 +108,11 @@ class InMemoryChannel:
         }
 
     def apply(self, request: ActionRequest) -> ActionResult:
+        """Carry out one action through the registry (a bad one is a failed result)."""
         return self.registry.dispatch(self, request)
 
     def state_digest(self) -> str:
+        """Message and event counts, and a hash chained over every message posted."""
         return (
             f"m{len(self.messages)}:e{self.events_emitted}:{self._message_chain.hexdigest()[:16]}"
         )
@@ -105,11 +124,13 @@ class InMemoryChannel:
 
     # -- channel operations -------------------------------------------------------------------
     def post(self, time_step: int, author_id: str, content: str, channel: str = "main") -> None:
+        """Add a message to the board (and to those the trace records at the step's end)."""
         seq = len(self._unrecorded)  # position within the step, for the trace row id
         self.messages.append({"time_step": time_step, "author_id": author_id, "content": content})
         self._message_chain.update(f"{time_step}\x1f{author_id}\x1f{content}\x1e".encode())
         self._unrecorded.append((seq, author_id, channel, content))
 
+    # -- batch decisions (BatchWorld) ---------------------------------------------------------
     def batch_actions(self) -> frozenset[str]:
         """Actions ``apply_batch`` can take: those whose handlers are still the built-in ones."""
         return frozenset(
@@ -118,15 +139,22 @@ class InMemoryChannel:
             if (spec := self.registry.get(name)) is not None and spec.handler is fn
         )
 
-    def apply_batch(self, counts: dict[str, int]) -> None:
-        """Apply many always-valid actions at once (the random agents' fast path)."""
-        self.events_emitted += counts.get("emit_event", 0)
+    def apply_batch(self, decisions: BatchDecisions, agent_ids: Sequence[str]) -> BatchOutcomes:
+        """Apply a step of ``noop`` and ``emit_event`` decisions at once (``BatchWorld``).
+
+        Every one succeeds, and only the number of events changes the world: the random
+        agents' fast path.
+        """
+        self.events_emitted += decisions.counts().get("emit_event", 0)
+        return BatchOutcomes.all_succeeded(len(decisions.codes))
 
     # -- checkpoints --------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
+        """The messages and the event count (``CheckpointableWorld``)."""
         return {"messages": list(self.messages), "events_emitted": self.events_emitted}
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Become the board a ``snapshot`` saved, its message hash chain rebuilt."""
         self.messages = []
         self._message_chain = hashlib.sha256()
         for m in state["messages"]:

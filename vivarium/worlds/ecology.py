@@ -55,10 +55,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from vivarium import sandbox
 from vivarium.errors import ConfigError
 from vivarium.memory import memory_entry
 from vivarium.seeding import canonical_json
 from vivarium.types import ActionRequest, ActionResult
+from vivarium.worlds.ledger import InsufficientScrip, Ledger
 from vivarium.worlds.registry import (
     ActionError,
     ActionRegistry,
@@ -74,19 +76,11 @@ MAX_METHODS = 32
 MAX_METHOD_SOURCE_CHARS = 20_000
 MAX_MEMORY_TEXT_CHARS = 500
 MAX_SUMMARY_VALUE_CHARS = 200
-LEDGER_RECENT = 50
 DEFAULT_STARTING_SCRIP = 100  # for agents a starting_scrip mapping leaves out
 
 _ARTIFACT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
 _METHOD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _AGENT_CONTENT_KEYS = frozenset({"working_memory", "replace", "agent_id", "has_standing"})
-
-
-def _safe_eval() -> Any:
-    # Imported on first use: keeps ``vivarium.worlds`` free of the workflow package at import time.
-    from vivarium.workflow import safe_eval
-
-    return safe_eval
 
 
 def _dumps(value: Any) -> str:
@@ -120,97 +114,6 @@ def history_item(time_step: int, action: str, success: bool) -> dict[str, Any]:
     return {"time_step": time_step, "action": action, "success": success}
 
 
-# -- the ledger -------------------------------------------------------------------------------
-class LedgerError(ActionError):
-    """A transfer that cannot happen (unknown account, bad amount); nothing moved."""
-
-
-class InsufficientScrip(LedgerError):
-    def __init__(self, need: int, have: int) -> None:
-        super().__init__(f"insufficient scrip: need {need}, have {have}")
-        self.need, self.have = need, have
-
-
-class Ledger:
-    """Integer scrip per account. Every move is one checked transfer under one lock.
-
-    ``transfer`` checks and moves in the same critical section, so balances never go negative
-    and the total never changes, whichever threads call it.
-    """
-
-    def __init__(self, balances: Mapping[str, int]) -> None:
-        for account, amount in balances.items():
-            if type(amount) is not int or amount < 0:
-                raise ConfigError(f"ledger: balance of {account!r} must be an int >= 0")
-        self._balances = dict(balances)
-        self._lock = threading.Lock()
-        self.transfers = 0
-        self.recent: list[dict[str, Any]] = []  # the last LEDGER_RECENT transfers, for debugging
-
-    def __contains__(self, account: object) -> bool:
-        return account in self._balances
-
-    def balance(self, account: str) -> int:
-        with self._lock:
-            if account not in self._balances:
-                raise LedgerError(f"not found: no account {account!r}")
-            return self._balances[account]
-
-    def balances(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._balances)
-
-    def total(self) -> int:
-        with self._lock:
-            return sum(self._balances.values())
-
-    def transfer(self, src: str, dst: str, amount: int, reason: str) -> int:
-        """Move ``amount`` from ``src`` to ``dst``; returns ``src``'s new balance.
-
-        Raises ``InsufficientScrip`` (``insufficient scrip: need N, have M``) or ``LedgerError``
-        and then nothing has moved.
-        """
-        if type(amount) is not int or amount <= 0:
-            raise LedgerError(f"amount must be a positive integer, got {amount!r}")
-        if src == dst:
-            raise LedgerError(f"cannot transfer from {src!r} to itself")
-        with self._lock:
-            for account in (src, dst):
-                if account not in self._balances:
-                    raise LedgerError(f"not found: no account {account!r}")
-            have = self._balances[src]
-            if have < amount:
-                raise InsufficientScrip(amount, have)
-            self._balances[src] = have - amount
-            self._balances[dst] += amount
-            self.transfers += 1
-            self.recent.append(self._record(self.transfers, src, dst, amount, reason))
-            if len(self.recent) > LEDGER_RECENT:
-                del self.recent[0]
-            return self._balances[src]
-
-    @staticmethod
-    def _record(seq: int, src: str, dst: str, amount: int, reason: str) -> dict[str, Any]:
-        return {"seq": seq, "src": src, "dst": dst, "amount": amount, "reason": reason}
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "balances": dict(self._balances),
-                "transfers": self.transfers,
-                "recent": [dict(r) for r in self.recent],
-            }
-
-    def restore(self, state: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._balances = {k: int(v) for k, v in state["balances"].items()}
-            self.transfers = int(state["transfers"])
-            self.recent = [
-                self._record(r["seq"], r["src"], r["dst"], r["amount"], r["reason"])
-                for r in state["recent"]
-            ]
-
-
 # -- artifacts and agents ---------------------------------------------------------------------
 ArtifactKind = Literal["agent", "memory", "data"]
 
@@ -233,9 +136,11 @@ class Artifact:
         return _nbytes(self.content) + sum(_nbytes(s) for s in self.methods.values())
 
     def can_read(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` may read it: anyone, except a memory artifact (owner only)."""
         return self.kind != "memory" or agent_id == self.owner
 
     def can_write(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` may write it: the owner only, and never a memory (the world's)."""
         return self.kind != "memory" and agent_id == self.owner
 
     def can_execute(self, agent_id: str) -> bool:
@@ -260,11 +165,13 @@ class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ReadArtifactArgs(_Args):
+# No docstring: pydantic would put it in the tool's JSON schema (the prompt an LLM sees).
+class ReadArtifactArgs(_Args):  # noqa: D101
     artifact_id: StrictStr = Field(description="The id of the artifact to read.")
 
 
-class WriteArtifactArgs(_Args):
+# No docstring: pydantic would put it in the tool's JSON schema (the prompt an LLM sees).
+class WriteArtifactArgs(_Args):  # noqa: D101
     artifact_id: StrictStr = Field(
         description="The id to create or overwrite (yours only). Your own agent id updates your "
         'working memory: content {"working_memory": {...}} merges keys (null deletes one).'
@@ -281,17 +188,20 @@ class WriteArtifactArgs(_Args):
     )
 
 
-class InvokeArtifactArgs(_Args):
+# No docstring: pydantic would put it in the tool's JSON schema (the prompt an LLM sees).
+class InvokeArtifactArgs(_Args):  # noqa: D101
     artifact_id: StrictStr = Field(description="The executable artifact to invoke.")
     method: StrictStr = Field(description="The method name.")
     args: dict[str, Any] = Field(default_factory=dict, description="Arguments for the method.")
 
 
-class PostMessageArgs(_Args):
+# No docstring: pydantic would put it in the tool's JSON schema (the prompt an LLM sees).
+class PostMessageArgs(_Args):  # noqa: D101
     content: StrictStr = Field(description="The text to post to the shared channel.")
 
 
-class TransferScripArgs(_Args):
+# No docstring: pydantic would put it in the tool's JSON schema (the prompt an LLM sees).
+class TransferScripArgs(_Args):  # noqa: D101
     to: StrictStr = Field(description="The agent id to pay.")
     amount: StrictInt = Field(gt=0, description="How much scrip to send.")
 
@@ -319,15 +229,13 @@ def _content_text(content: str | dict[str, Any] | list[Any]) -> str:
 
 def _method_mode(source: str) -> Literal["eval", "exec"]:
     """An expression is evaluated; anything else is run as statements that assign ``result``."""
-    from vivarium.workflow.safe_eval import is_expression
-
-    return "eval" if is_expression(source) else "exec"
+    return "eval" if sandbox.is_expression(source) else "exec"
 
 
 def _checked_methods(
     executable: bool, price: int, methods: Mapping[str, str] | None
 ) -> dict[str, str]:
-    """The methods of a write, validated and checked by safe_eval; raises ActionError."""
+    """The methods of a write, validated and checked by the sandbox; raises ActionError."""
     if not executable:
         if methods:
             raise ActionError("methods need executable=true")
@@ -338,7 +246,6 @@ def _checked_methods(
         raise ActionError("an executable artifact needs at least one method")
     if len(methods) > MAX_METHODS:
         raise ActionError(f"too many methods: {len(methods)} (limit {MAX_METHODS})")
-    safe_eval = _safe_eval()
     checked: dict[str, str] = {}
     for name in sorted(methods):
         source = methods[name]
@@ -349,7 +256,7 @@ def _checked_methods(
                 f"method {name!r} too long: {len(source)} chars (limit {MAX_METHOD_SOURCE_CHARS})"
             )
         try:
-            safe_eval.check(source, _method_mode(source))
+            sandbox.check(source, _method_mode(source))
         except (ConfigError, ValueError, SyntaxError, RecursionError, MemoryError) as exc:
             raise ActionError(f"unsafe method {name!r}: {exc}") from None
         checked[name] = source
@@ -540,6 +447,10 @@ class EcologyWorld:
 
     The engine applies actions one at a time, but the ledger is safe under threads anyway and
     the world's bookkeeping is guarded by one re-entrant lock (methods run outside it).
+
+    It implements ``World`` and the capabilities ``NamedWorld``, ``ActionWorld``,
+    ``MessagingWorld``, ``CheckpointableWorld`` and ``LLMQuotaWorld`` of
+    ``vivarium.worlds.base``.
     """
 
     name = "ecology"
@@ -561,6 +472,27 @@ class EcologyWorld:
         observed_memories: int = 10,
         registry: ActionRegistry | None = None,
     ) -> None:
+        """Build the world at time step 0; every option is checked here, before a run starts.
+
+        Args:
+            agent_ids: The agents; each gets an agent artifact, a memory artifact and an account.
+            starting_scrip: Each agent's starting balance, or a mapping agent -> balance (agents
+                it leaves out get ``DEFAULT_STARTING_SCRIP``).
+            disk_quota_bytes: Bytes of data artifacts each agent may own.
+            llm_token_quota: LLM tokens each agent may spend; None for no limit.
+            total_steps: The run's length, for ``time_remaining`` and ``progress_percent``.
+            message_history_limit: How many recent messages an observation shows.
+            memory_limit: How many memory entries an agent keeps (oldest dropped).
+            failure_history_limit: How many recent failures an observation shows.
+            action_history_limit: How many recent actions an observation shows.
+            seed_artifacts: Artifacts present from the start (see ``SeedArtifact``).
+            working_memory_max_bytes: Size bound of each agent's working memory.
+            observed_memories: How many recent memory entries an observation shows.
+            registry: The actions to offer; by default a copy of ``ECOLOGY_ACTIONS``.
+
+        Raises:
+            ConfigError: An option or a seed artifact is invalid.
+        """
         ids = [str(a) for a in agent_ids]
         _check_config(ids, locals())
         self.agent_ids: tuple[str, ...] = tuple(ids)
@@ -616,6 +548,13 @@ class EcologyWorld:
 
     # -- the world protocol -------------------------------------------------------------------
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
+        """What ``agent_id`` sees at ``time_step`` (keys as in the module docstring).
+
+        Mutable parts are copies, so a policy that edits its observation cannot change the world.
+
+        Raises:
+            ConfigError: ``agent_id`` is not an agent of this world.
+        """
         state = self._state(agent_id)
         with self._lock:
             limit, recent = self.message_history_limit, self.observed_memories
@@ -645,6 +584,11 @@ class EcologyWorld:
             }
 
     def apply(self, request: ActionRequest) -> ActionResult:
+        """Perform one action and record it in the agent's histories and memory.
+
+        Never raises for an agent's mistake: an unknown agent or action, bad arguments, a refusal
+        or an agent over its LLM quota (which may only ``noop``) give a failed result.
+        """
         state = self._agents.get(request.agent_id)
         if state is None:
             return ActionResult.failed(f"unknown agent {request.agent_id!r}")
@@ -667,10 +611,18 @@ class EcologyWorld:
             return out
 
     def over_llm_quota(self, agent_id: str) -> str | None:
-        """Why ``agent_id`` may not act or call its model any more (its LLM tokens are past
-        ``llm_token_quota``), or None. The engine asks before each decision: no call is made
-        for an agent over its quota. (One decision may still go past it: a workflow decision
-        can make several calls, and tokens are known only once they are spent.)"""
+        """Why ``agent_id`` may not act or call its model any more, or None if it may.
+
+        The engine asks before each decision: no call is made for an agent over its quota. (One
+        decision may still go past it: a workflow decision can make several calls, and tokens
+        are known only once they are spent.)
+
+        Args:
+            agent_id: The agent to check; an unknown agent is never over quota.
+
+        Returns:
+            The failure reason when the agent's LLM tokens are past ``llm_token_quota``, else None.
+        """
         quota = self.llm_token_quota
         state = self._agents.get(agent_id)
         if quota is None or state is None or state.llm_tokens <= quota:
@@ -687,6 +639,11 @@ class EcologyWorld:
 
     # -- queries ------------------------------------------------------------------------------
     def artifact(self, artifact_id: str) -> Artifact:
+        """The artifact ``artifact_id``, for handlers (it is not a copy: do not change it).
+
+        Raises:
+            ActionError: There is no such artifact (the reason an agent is shown).
+        """
         art = self.artifacts.get(artifact_id)
         if art is None:
             raise ActionError(f"not found: artifact {artifact_id!r}")
@@ -706,15 +663,23 @@ class EcologyWorld:
         return art.content
 
     def is_agent(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` is an agent of this world (and so can hold scrip)."""
         return agent_id in self._agents
 
     def balance(self, agent_id: str) -> int:
+        """The agent's scrip, as the ledger holds it."""
         return self.ledger.balance(agent_id)
 
     def disk_used(self, agent_id: str) -> int:
+        """Bytes of data artifacts the agent owns (what counts against ``disk_quota_bytes``)."""
         return self._disk_used.get(agent_id, 0)
 
     def llm_tokens_used(self, agent_id: str) -> int:
+        """LLM tokens recorded for the agent so far (see ``record_llm_usage``).
+
+        Raises:
+            ConfigError: ``agent_id`` is not an agent of this world.
+        """
         return self._state(agent_id).llm_tokens
 
     def memory_entries(self, agent_id: str) -> list[dict[str, Any]]:
@@ -723,6 +688,11 @@ class EcologyWorld:
             return [dict(e) for e in self._state(agent_id).memory]
 
     def working_memory(self, agent_id: str) -> dict[str, Any]:
+        """The agent's working memory, oldest key first (a fresh copy).
+
+        Raises:
+            ConfigError: ``agent_id`` is not an agent of this world.
+        """
         return _loads(self._state(agent_id).working_memory)
 
     # -- operations used by handlers ----------------------------------------------------------
@@ -758,8 +728,22 @@ class EcologyWorld:
         )
 
     def write_working_memory(self, request: ActionRequest, args: WriteArtifactArgs) -> ActionResult:
-        """Merge ``working_memory`` into the agent's own (null deletes a key; ``replace: true``
-        starts afresh); written keys become the newest. Too big: the oldest keys are dropped."""
+        """Update the requesting agent's working memory from a write to its own agent artifact.
+
+        The content's ``working_memory`` object is merged in (null deletes a key; ``replace: true``
+        starts afresh); written keys become the newest, so that when the memory is too big for
+        ``working_memory_max_bytes`` the oldest keys are the ones dropped.
+
+        Args:
+            request: The ``write_artifact`` request, whose agent is the writer.
+            args: Its validated arguments.
+
+        Returns:
+            A successful result describing the new working memory and any dropped keys.
+
+        Raises:
+            ActionError: The content is not of that shape, or asks to be executable or priced.
+        """
         if args.executable or args.price or args.methods:
             raise ActionError("agent artifacts cannot be executable or priced")
         shape = "agent artifact content must be a JSON object with a working_memory object"
@@ -811,8 +795,7 @@ class EcologyWorld:
     def run_method(
         self, art: Artifact, method: str, source: str, args: dict[str, Any], caller: str
     ) -> Any:
-        """Evaluate one method with safe_eval; any failure is an ActionError (nothing charged)."""
-        safe_eval = _safe_eval()
+        """Evaluate one method in the sandbox; any failure is an ActionError (nothing charged)."""
         try:
             data: Any = _loads(art.content)
         except ValueError:
@@ -821,15 +804,15 @@ class EcologyWorld:
         where = f"method {method!r} of {art.id} failed"
         try:
             if _method_mode(source) == "eval":
-                value = safe_eval.evaluate(source, context)
+                value = sandbox.evaluate(source, context)
             else:
-                assigned = safe_eval.execute(source, context)
+                assigned = sandbox.execute(source, context)
                 if "result" not in assigned:
                     raise ActionError(f"{where}: it assigned no result; nothing charged")
                 value = assigned["result"]
         except ActionError:
             raise
-        except (safe_eval.UnsafeExpression, safe_eval.EvaluationError) as exc:
+        except (sandbox.UnsafeExpression, sandbox.EvaluationError) as exc:
             raise ActionError(f"{where}: {exc}; nothing charged") from None
         except Exception as exc:  # untrusted code must never break the run
             raise ActionError(f"{where}: {type(exc).__name__}: {exc}; nothing charged") from None

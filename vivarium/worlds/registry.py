@@ -21,7 +21,8 @@ class ActionError(Exception):
     """Raised by a handler to fail an action with a reason that is recorded."""
 
 
-class NoArguments(BaseModel):
+# No docstring: pydantic would put it in the tool's JSON schema (the prompt an LLM sees).
+class NoArguments(BaseModel):  # noqa: D101
     model_config = ConfigDict(extra="forbid")
 
 
@@ -30,6 +31,12 @@ Handler = Callable[[Any, ActionRequest, BaseModel], ActionResult]
 
 @dataclass(frozen=True, slots=True)
 class ActionSpec:
+    """One action a world offers: its name, handler, description and argument model.
+
+    Frozen so that a registry copied by ``extend()`` can share specs safely; the description
+    and the argument model's JSON schema make up the tool an LLM sees.
+    """
+
     name: str
     handler: Handler
     description: str
@@ -72,12 +79,23 @@ class ActionRegistry:
     def __init__(
         self, specs: list[ActionSpec] | None = None, *, default_tool: str | None = None
     ) -> None:
+        """Start a registry.
+
+        Args:
+            specs: Actions to register, in order (the order tools are offered in).
+            default_tool: The action ``force_tool=True`` makes an LLM call; see the class.
+        """
         self._specs: dict[str, ActionSpec] = {}
         self.default_tool = default_tool
         for spec in specs or []:
             self.register(spec)
 
     def register(self, spec: ActionSpec) -> None:
+        """Add an action, replacing any of the same name (so a world can override a base action).
+
+        Args:
+            spec: The action to add.
+        """
         self._specs[spec.name] = spec
 
     def action(
@@ -92,32 +110,75 @@ class ActionRegistry:
         return wrap
 
     def extend(self) -> ActionRegistry:
+        """A copy to add to or override, leaving this registry (often a module constant) as is.
+
+        Returns:
+            A new registry with the same specs and default tool.
+        """
         return ActionRegistry(list(self._specs.values()), default_tool=self.default_tool)
 
     def forced_default(self, offered: list[str] | tuple[str, ...]) -> str | None:
-        """The tool ``force_tool=True`` forces among ``offered``: the default tool if offered,
-        else the first offered action other than ``noop`` (else ``noop``; None if none)."""
+        """The tool ``force_tool=True`` forces among ``offered``.
+
+        Forcing ``noop`` would make a forced agent idle, so it is chosen only when nothing else is
+        offered.
+
+        Args:
+            offered: The action names offered to the agent this decision.
+
+        Returns:
+            The default tool if offered, else the first offered action other than ``noop``, else
+            ``noop``; None if nothing is offered.
+        """
         if self.default_tool in offered:
             return self.default_tool
         return next((n for n in offered if n != "noop"), offered[0] if offered else None)
 
     def get(self, name: str) -> ActionSpec | None:
+        """The spec registered as ``name``, or None if there is none."""
         return self._specs.get(name)
 
     def names(self) -> tuple[str, ...]:
+        """Registered action names in registration order (the ``tools`` observations list)."""
         return tuple(self._specs)
 
     def __contains__(self, name: object) -> bool:
+        """Whether an action called ``name`` is registered."""
         return name in self._specs
 
     def __iter__(self) -> Iterator[ActionSpec]:
+        """The specs in registration order."""
         return iter(self._specs.values())
 
     def tool_specs(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """The tool descriptions an LLM is offered.
+
+        Args:
+            names: The actions to describe, in this order; None for all, in registration order.
+
+        Returns:
+            One OpenAI-style tool description per action (shared, cached dicts: do not mutate).
+
+        Raises:
+            KeyError: A name is not registered.
+        """
         specs = self._specs.values() if names is None else [self._specs[n] for n in names]
         return [s.tool_spec() for s in specs]
 
     def dispatch(self, world: Any, request: ActionRequest) -> ActionResult:
+        """Validate a request's arguments and run its handler, turning every refusal into a result.
+
+        An unknown action, arguments its model rejects, or an ``ActionError`` from the handler
+        become a failed ``ActionResult`` with the reason, so that an agent's mistake is recorded
+        and shown to it rather than ending the run.
+
+        Args:
+            world: The world passed to the handler.
+            request: The action to perform.
+
+        Returns:
+            The handler's result, or a failed result saying why the action was refused.
+        """
         spec = self._specs.get(request.action_name)
         if spec is None:
             known = ", ".join(self._specs)

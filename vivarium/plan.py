@@ -1,0 +1,115 @@
+"""The build plan of a run: every agent id, its group and its seeds, before anything is built.
+
+A config names either a number of agents of one policy, or groups of agents (``agents:
+[{policy: workflow, agent: data/agents/alpha_2}, {policy: random, count: 3}]``). The plan lists
+every agent of the run in the engine's canonical order (sorted by id), with the group it comes
+from and the seeds it runs on (``vivarium.seeding.AgentSeeds``). Worlds are built for the planned
+ids, then one policy per planned agent, and the engine records each agent's seed from the plan:
+seeds are derived once (by ``vivarium.seeding``) and handed down, never derived again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vivarium.config import AgentGroup
+from vivarium.errors import ConfigError
+from vivarium.seeding import AgentSeeds
+
+if TYPE_CHECKING:
+    from vivarium.config import ExperimentConfig
+
+__all__ = ["PlannedAgent", "agent_plan", "load_spec"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedAgent:
+    """One agent of a run, as planned from its config.
+
+    Attributes:
+        agent_id: The agent's id in the trace.
+        group: The config's agent group the agent comes from.
+        seeds: The seeds the agent runs on; a policy takes the one it needs from here.
+    """
+
+    agent_id: str
+    group: AgentGroup
+    seeds: AgentSeeds
+
+
+def agent_plan(
+    config: ExperimentConfig, shared: dict[str, Any] | None = None
+) -> list[PlannedAgent]:
+    """Every agent of the run with its group and seeds, sorted by id (the engine's order).
+
+    Args:
+        config: The experiment config.
+        shared: What one run's builders share; receives the loaded agent specs and the
+            config's ``base_dir``.
+
+    Returns:
+        The planned agents; agents of disabled groups are left out.
+
+    Raises:
+        ConfigError: Every agent is disabled, or two agents have the same id.
+    """
+    shared = {} if shared is None else shared
+    if config.base_dir:
+        shared.setdefault("base_dir", config.base_dir)
+    groups = (
+        config.agents
+        if isinstance(config.agents, list)
+        else [AgentGroup(policy=config.policy, count=config.agents)]
+    )
+    numbered = sum(g.count for g in groups if not g.agent)
+    width = max(3, len(str(max(numbered - 1, 0))))
+    plan: list[PlannedAgent] = []
+    disabled: list[str] = []
+    counter = 0
+    for group in groups:
+        if group.agent:
+            spec = load_spec(group.agent, shared)
+            base = group.id or spec.id
+            ids = [base] if group.count == 1 else [f"{base}_{i}" for i in range(group.count)]
+            enabled = spec.enabled and group.enabled is not False
+        else:
+            ids = [f"{group.id or 'agent'}_{counter + i:0{width}d}" for i in range(group.count)]
+            counter += group.count
+            enabled = group.enabled is not False
+        if enabled:
+            plan.extend(PlannedAgent(aid, group, AgentSeeds(config.seed, aid)) for aid in ids)
+        else:  # left out of the run; the recorded config says so (ExperimentConfig.identity)
+            disabled.append(group.agent or group.id or group.policy)
+    if not plan:
+        raise ConfigError(
+            f"config: agents: every agent is disabled (enabled: false: {', '.join(disabled)}); "
+            "enable one to run"
+        )
+    seen: set[str] = set()
+    for p in plan:
+        if p.agent_id in seen:
+            raise ConfigError(f"config: agents: agent id '{p.agent_id}' is used twice")
+        seen.add(p.agent_id)
+    return sorted(plan, key=lambda p: p.agent_id)
+
+
+def load_spec(folder: str, shared: dict[str, Any]) -> Any:
+    """A workflow agent's spec, loaded once per run.
+
+    A relative folder is looked up from the config's ``base_dir`` first, then from the working
+    directory, so a config runs the same from a notebook folder or the project root.
+
+    Args:
+        folder: The agent folder the config names.
+        shared: What one run's builders share; caches the specs under ``"specs"``.
+
+    Returns:
+        The loaded ``AgentSpec``.
+    """
+    specs = shared.setdefault("specs", {})
+    if folder not in specs:
+        from vivarium.workflow.config import load_agent, resolve_agent_folder
+
+        specs[folder] = load_agent(resolve_agent_folder(folder, shared.get("base_dir")))
+    return specs[folder]

@@ -1,0 +1,120 @@
+"""Code blocks in the sandbox: assignments and if/elif/else, run by the expression interpreter.
+
+Workflow code steps and artifact methods are statements. They run on the same interpreter as
+expressions (``Evaluator``) with the same bounds; what they assign is collected apart from the
+caller's context, and an item assignment (``d['k'] = v``) rebinds the name to a copy, so nothing
+the code does reaches a value the caller holds.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from vivarium.sandbox.checker import prepare
+from vivarium.sandbox.expressions import Evaluator, guarded
+from vivarium.sandbox.limits import EvaluationError, Limits
+
+__all__ = ["StatementRunner", "execute"]
+
+
+class StatementRunner(Evaluator):
+    """The interpreter for statements; ``names`` collects what they assign."""
+
+    __slots__ = ()
+
+    def run(self, body: list[ast.stmt]) -> None:
+        """Run statements in order: assignments, augmented ones, ``if``, bare expressions."""
+        for statement in body:
+            self.steps += 1
+            kind = type(statement)
+            if kind is ast.Assign:
+                value = self.eval(statement.value)
+                for target in statement.targets:
+                    self.assign(target, value)
+            elif kind is ast.AugAssign:
+                self.augassign(statement)
+            elif kind is ast.If:
+                self.run(statement.body if self.eval(statement.test) else statement.orelse)
+            elif kind is ast.Expr:
+                self.eval(statement.value)
+
+    def assign(self, target: ast.AST, value: Any) -> None:
+        """Bind ``value`` to a name, an item path or a tuple of targets."""
+        kind = type(target)
+        if kind is ast.Name:
+            self.names[target.id] = value
+        elif kind is ast.Subscript:
+            self.set_item(target, lambda container, key: value)
+        else:  # a tuple or list of targets
+            if type(value) not in (list, tuple):
+                raise EvaluationError(f"cannot unpack a {type(value).__name__!r}")
+            if len(value) != len(target.elts):
+                raise EvaluationError(
+                    f"cannot unpack {len(value)} values into {len(target.elts)} targets"
+                )
+            for element, item in zip(target.elts, value, strict=True):
+                self.assign(element, item)
+
+    def augassign(self, statement: ast.AugAssign) -> None:
+        """``x op= v``, for a name or an item path (the path is copied, as for ``=``)."""
+        target, op, value = statement.target, statement.op, self.eval(statement.value)
+        if type(target) is ast.Name:
+            self.assign(target, self.arith(op, self.name(target), value))
+        else:
+            self.set_item(
+                target,
+                lambda container, key: self.arith(op, self.admit(container[key], "item"), value),
+            )
+
+    def set_item(self, target: ast.Subscript, new_value: Callable[[Any, Any], Any]) -> None:
+        """``name[k1]...[kn] = v``: rebind ``name`` to a copy, the containers on the path copied.
+
+        The old value (which may be the context's, or shared with other names) is left as it was.
+        """
+        chain = []
+        base: ast.AST = target
+        while type(base) is ast.Subscript:
+            chain.append(base.slice)
+            base = base.value
+        root = self.name(base)
+        keys = [self.eval(index) for index in reversed(chain)]
+        self.names[base.id] = self.checked(self.replaced(root, keys, new_value))
+
+    def replaced(self, container: Any, keys: list, new_value: Callable[[Any, Any], Any]) -> Any:
+        """A copy of ``container`` with the item at the ``keys`` path replaced (a path copy)."""
+        if type(container) not in (dict, list):
+            raise EvaluationError(f"cannot assign to an item of a {type(container).__name__!r}")
+        self.charge(len(container))
+        key, copied = keys[0], container.copy()
+        if len(keys) == 1:
+            copied[key] = new_value(container, key)
+        else:
+            copied[key] = self.replaced(container[key], keys[1:], new_value)
+        self.check_len(copied)
+        return copied
+
+
+def execute(
+    code: str, context: Mapping[str, Any], *, limits: Limits | None = None
+) -> dict[str, Any]:
+    """Run assignments and if/elif/else over the names in ``context``.
+
+    Args:
+        code: The statements, e.g. ``streak = streak + 1 if ok else 0``.
+        context: The names the code may read (never changed).
+        limits: The bounds; ``DEFAULT_LIMITS`` when None.
+
+    Returns:
+        Only the names the code assigned, with their values (deep copies).
+
+    Raises:
+        UnsafeExpression: The code is not allowed (nothing ran).
+        EvaluationError: It failed while running.
+    """
+    tree, limits = prepare(code, "exec", limits)
+    evaluator = StatementRunner(context, limits)
+    guarded(lambda: evaluator.run(tree.body))
+    return copy.deepcopy(evaluator.names)

@@ -1,0 +1,149 @@
+"""Reading one run's trace: its record, its frames, its validation and its health.
+
+``TraceRun`` is everything a trace file tells without the code that wrote it: it needs no
+config model, engine or world. ``vivarium.Run`` is the same reader in the experiment layer,
+with what needs that layer on top (the config as a model, ``resume()``, ``summary()``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from functools import cached_property
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+from vivarium.errors import TraceError
+from vivarium.trace.db import TraceDb
+from vivarium.trace.views import FrameViews
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from vivarium.trace.health import RunHealth
+    from vivarium.trace.validate import ValidationReport
+
+
+def read_run_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The run record of a trace: the ``runs`` row, with its config decoded.
+
+    Args:
+        path: The trace file.
+
+    Returns:
+        The row's columns by name, ``config_json`` replaced by ``config`` (a dict).
+
+    Raises:
+        TraceError: the file is not a trace, cannot be read, or holds no run record.
+    """
+    p = Path(path)
+    con = TraceDb.connect_readonly(p)
+    try:
+        con.row_factory = sqlite3.Row
+        row = con.execute("SELECT * FROM runs").fetchone()
+    except Exception as exc:
+        raise TraceError(f"cannot read the run record in {p}: {exc}") from None
+    finally:
+        con.close()
+    if row is None:
+        raise TraceError(f"{p} holds no run record (the run never started)")
+    meta = dict(row)
+    meta["config"] = json.loads(meta.pop("config_json"))
+    return meta
+
+
+class TraceRun(FrameViews):
+    """A finished (or interrupted) run, read from its trace file. Frames are loaded on demand.
+
+    Attributes:
+        path: The trace file.
+        metadata: The run record (see ``read_run_record``): ``run_id``, ``world``, ``status``,
+            ``steps_done``, the recorded ``config`` as a dict, ...
+        run_id: The run's id.
+    """
+
+    def __init__(self, path: Path, metadata: dict[str, Any]) -> None:
+        """Wrap a run record already read (``open`` reads it from the file)."""
+        self.path = path
+        self.metadata = metadata
+        self.run_id: str = metadata["run_id"]
+        self._frames: dict[str, Any] = {}
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Self:
+        """Open the trace at ``path`` (reads its run record; frames load on first use).
+
+        Raises:
+            TraceError: the file is not a trace, or holds no run record.
+        """
+        p = Path(path)
+        return cls(p, read_run_record(p))
+
+    # -- frames -------------------------------------------------------------------------------
+    @property
+    def source_id(self) -> str:
+        """``run <run_id>``: recorded in exported Parquet files."""
+        return f"run {self.run_id}"
+
+    def arrow(self, name: str) -> pa.Table:
+        """A trace table as Arrow (cached): the source of every other frame."""
+        if name not in self._frames:
+            from vivarium.trace.frames import read_arrow
+
+            self._frames[name] = read_arrow(self.path, name, run_id=self.run_id)
+        return self._frames[name]
+
+    # -- checks -------------------------------------------------------------------------------
+    def validate(self) -> ValidationReport:
+        """Whether the trace is complete and unchanged since it was written (``vvm validate``)."""
+        from vivarium.trace.validate import validate_trace
+
+        return validate_trace(self.path)
+
+    @cached_property
+    def health(self) -> RunHealth:
+        """Whether this run is a result to trust.
+
+        ``health.ok``, and ``health.problems``, one line each (interrupted, every LLM call
+        failed, N of M decisions fell back, ...). See ``vivarium.trace.health`` for the full
+        shape.
+        """
+        from vivarium.trace.health import run_health
+
+        return run_health(self.path)
+
+    # -- display ------------------------------------------------------------------------------
+    def _facts(self) -> list[tuple[str, str]]:
+        """The run at a glance, as (label, value) pairs: what ``repr`` and the HTML show."""
+        m = self.metadata
+        return [
+            ("run_id", m["run_id"]),
+            ("world", m["world"]),
+            ("policy", m["policy"]),
+            ("agents", str(m["agents"])),
+            ("steps", f"{m['steps_done']}/{m['steps']}"),
+            ("seed", m["seed"]),
+            ("status", m["status"]),
+            ("health", str(self.health)),
+            ("trace", str(self.path)),
+        ]
+
+    def __repr__(self) -> str:
+        """``Run(run_id=..., world=..., ...)``: the facts on one line."""
+        inner = ", ".join(f"{k}={v}" for k, v in self._facts())
+        return f"Run({inner})"
+
+    def _repr_html_(self) -> str:
+        def cell(key: str, value: str) -> str:
+            if key == "health" and not self.health.ok:  # a run that is not a result shows red
+                lines = "<br>".join(escape(p) for p in self.health.problems)
+                return f"<td style='color:#c00000;font-weight:bold'>{lines}</td>"
+            return f"<td>{escape(value)}</td>"
+
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{escape(k)}</th>{cell(k, v)}</tr>"
+            for k, v in self._facts()
+        )
+        return f"<div><b>Vivarium run</b><table>{rows}</table></div>"
