@@ -100,10 +100,11 @@ class FakeOpenAIServer:
 
     def stop(self) -> None:
         self._stop.set()  # wakes handlers sleeping in "timeout" or latency
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
+        with self._lock:  # two stops at once (a test's and an outage watcher's): one closes
+            httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
         with self._lock:  # a stopped server drops its kept-alive connections, as a real one does
             connections, self.connections = list(self.connections), set()
         for connection in connections:
