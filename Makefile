@@ -41,8 +41,8 @@ run: $(CORE_STAMP)
 # The tests include the strict docs build (tests/test_docs_and_layers.py).
 test: $(TEST_STAMP)
 	$(BIN)/ruff check vivarium tests benchmarks
-	$(BIN)/lint-imports --no-logo
 	VIVARIUM_PROGRESS=0 VIVARIUM_REQUIRE_LLM_SERVER=1 VIVARIUM_REQUIRE_BROWSER=1 \
+		VIVARIUM_REQUIRE_DOCS_TOOLS=1 \
 		$(BIN)/python -m pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
 

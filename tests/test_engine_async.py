@@ -173,3 +173,29 @@ def test_a_heap_frozen_by_the_caller_is_left_frozen(db: Path) -> None:
 
     finally:
         gc.unfreeze()
+
+
+def test_a_resumed_run_goes_on_at_its_own_max_concurrency(db: Path) -> None:
+    """A run without LLM agents records the pace it set (it is not in the recorded config), so
+    its resume goes on at that pace, not at the default."""
+    import sqlite3
+
+    from vivarium import Experiment, Run
+    from vivarium.build import POLICIES, register_policy
+
+    finished: list[str] = []
+    flight, peak = [0], [0]
+    register_policy("slow_poster", lambda *_: SlowPoster(0.01, finished, flight, peak))
+    try:
+        fields = {"policy": "slow_poster", "agents": 10, "steps": 3, "scheduling": "simultaneous"}
+        Experiment(**fields, max_concurrency=3, checkpoint_every=1).run(db, progress=False)
+        con = sqlite3.connect(db)  # as if stopped after step 0 (its checkpoint is kept)
+        with con:
+            con.execute("UPDATE runs SET status = 'interrupted', steps_done = 1")
+        con.close()
+        peak[0] = 0
+        resumed = Run.open(db).resume(progress=False)
+        assert resumed.metadata["status"] == "complete"
+        assert peak[0] == 3  # the default would let all 10 fly
+    finally:
+        POLICIES.pop("slow_poster", None)

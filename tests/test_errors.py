@@ -55,7 +55,7 @@ def test_the_tree_in_the_docstring_lists_every_exception_class() -> None:
     # each class named with its module when it is not defined in errors.py
     for name, module in classes.items():
         if module != "vivarium.errors":
-            assert module.rpartition(".")[2] in tree, (name, module)
+            assert module in tree, (name, module)
 
 
 def test_dead_errors_are_gone() -> None:
@@ -211,7 +211,16 @@ def test_a_missing_litellm_is_an_llm_config_error_naming_the_extra(
 
 
 def test_langgraph_missing_falls_back_to_the_plain_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vivarium.policies.cognitive import langgraph_available
+    from vivarium.gateways.mock import MockLLMGateway
+    from vivarium.policies.cognitive import (
+        CognitiveAgentPolicy,
+        SimpleCognitivePolicy,
+        default_cognitive_policy,
+        langgraph_available,
+    )
 
+    assert type(default_cognitive_policy(MockLLMGateway(seed=1), "mock")) is CognitiveAgentPolicy
     hide(monkeypatch, "langgraph")
     assert langgraph_available() is False
+    policy = default_cognitive_policy(MockLLMGateway(seed=1), "mock")
+    assert type(policy) is SimpleCognitivePolicy

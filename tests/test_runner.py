@@ -45,7 +45,8 @@ def test_a_config_runs_into_a_trace_read_back_as_the_callers_run(tmp_path: Path)
     assert run.metadata["status"] == "complete" and len(run.actions) == 6
     again = run_experiment(config, tmp_path / "plain.sqlite", progress=False, open_run=Run.open)
     assert type(again) is Run and again.config == config
-    assert again.path == run.path  # the same run (same run id): its trace is replaced
+    # The same run (same run id): its trace is replaced, not appended to.
+    assert again.path == run.path and again.run_id == run.run_id and len(again.actions) == 6
 
 
 def test_resume_of_a_finished_run_opens_it_with_the_callers_reader(tmp_path: Path) -> None:

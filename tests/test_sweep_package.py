@@ -55,3 +55,20 @@ def test_public_names_stay_importable_from_the_package() -> None:
     ):
         assert hasattr(vivarium.sweep, name), name
     assert set(vivarium.sweep.__all__) <= set(dir(vivarium.sweep))
+
+
+def test_a_resumed_sweep_run_goes_on_at_the_pace_it_ran() -> None:
+    """The settings a sweep hands a resume are the ones the run recorded: the run's own
+    ``max_concurrency`` (4) wins over ``llm.max_concurrency`` (8), as it did when it ran."""
+    from vivarium import Experiment
+    from vivarium.sweep.worker import _llm_transport
+
+    both = Experiment(max_concurrency=4, llm={"mock": True, "max_concurrency": 8}).config
+    assert _llm_transport(both)["max_concurrency"] == 4
+    assert (
+        _llm_transport(Experiment(llm={"mock": True, "max_concurrency": 8}).config)[
+            "max_concurrency"
+        ]
+        == 8
+    )
+    assert _llm_transport(Experiment(max_concurrency=4).config) is None  # the trace holds it

@@ -190,6 +190,7 @@ def _cognitive_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dic
         CognitiveAgentPolicy,
         CognitivePolicyConfig,
         SimpleCognitivePolicy,
+        langgraph_available,
     )
 
     llm = config.llm or LLMConfig(mock=True)
@@ -206,7 +207,7 @@ def _cognitive_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dic
         tools=list(explicit) if explicit else None,
     )
     gateway = shared_gateway(config, shared)
-    cls = CognitiveAgentPolicy if llm.graph and _has_langgraph() else SimpleCognitivePolicy
+    cls = CognitiveAgentPolicy if llm.graph and langgraph_available() else SimpleCognitivePolicy
     return cls(gateway, policy_config)
 
 
@@ -229,12 +230,6 @@ def _workflow_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dict
         temperature=llm.temperature,
         max_tokens=llm.max_tokens,
     )
-
-
-def _has_langgraph() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("langgraph") is not None
 
 
 def _agent_seed(seeds: AgentSeeds) -> int:

@@ -112,10 +112,12 @@ def llm_settings(config: ExperimentConfig) -> dict[str, Any] | None:
         config: The experiment config.
 
     Returns:
-        The settings, or None for a run without LLM agents.
+        The settings; for a run without LLM agents only the ``max_concurrency`` it set (its
+        async policies' pace, not part of the recorded config either), else None.
     """
     if config.llm is None:
-        return None
+        own = config.max_concurrency
+        return None if own is None else {"max_concurrency": own}
     from vivarium.engine.deciding import DEFAULT_MAX_CONCURRENCY
 
     fields = set(LLM_TRANSPORT_FIELDS) - {"api_key"}
@@ -499,13 +501,16 @@ def _resume_config(p: Path, meta: dict[str, Any], llm: dict[str, Any] | None) ->
     """The recorded config, with the recorded LLM settings and then ``llm`` on top."""
     data = {**meta["config"], "run_id": meta["run_id"], "db": str(p)}
     given = dict(llm or {})
+    recorded = recorded_llm_settings(p)
     if data.get("llm") is not None:
-        data["llm"] = {**data["llm"], **recorded_llm_settings(p), **given}
+        data["llm"] = {**data["llm"], **recorded, **given}
     elif set(given) - {"api_key"}:  # a key from the environment is no request for LLM agents
         names = ", ".join(sorted(set(given) - {"api_key"}))
         raise ConfigError(
             f"resume {p}: run {meta['run_id']} has no LLM agents; {names} do not apply"
         )
+    elif "max_concurrency" in recorded:  # the pace the run set for its async policies
+        data["max_concurrency"] = recorded["max_concurrency"]
     return make_config(ExperimentConfig, data, where=f"resume {p}")
 
 

@@ -40,7 +40,7 @@ from vivarium.trace.db import TraceDb
 from vivarium.trace.records import GENESIS_HASH, StepRecord, encode_column, hash_record
 from vivarium.trace.schema import MAX_AGENTS_PER_STEP
 from vivarium.types import ActionResult, RunMetadata
-from vivarium.worlds.base import World
+from vivarium.worlds.base import World, world_name
 
 Scheduling = Literal["sequential", "simultaneous"]
 Order = Literal["sorted", "shuffle"]
@@ -142,6 +142,7 @@ class WorldEngine:
         self.next_step = 0
         self._batch: BatchDecider | None = None
         self._batch_checked = False
+        self._world_batch_actions: frozenset[str] = frozenset()
         self._run_started = False
         self._json_cache: dict[Any, Any] = {}
         self._stateful = [c.uses_agent_state for c in self.capabilities]
@@ -190,9 +191,16 @@ class WorldEngine:
         """
         if not self._batch_checked:
             self._batch_checked = True
-            if self.config.batch and self.world_capabilities.batch and self.capabilities[0].batch:
+            # One policy class decides for everyone: every agent's policy must be of it.
+            if (
+                self.config.batch
+                and self.world_capabilities.batch
+                and len({type(p) for p in self.policies}) == 1
+                and self.capabilities[0].batch
+            ):
+                self._world_batch_actions = frozenset(self.world.batch_actions())
                 self._batch = type(self.policies[0]).batch_decider(
-                    self.policies, self.world.batch_actions()
+                    self.policies, self._world_batch_actions
                 )
         return self._batch
 
@@ -213,7 +221,7 @@ class WorldEngine:
             outcomes = self.world.apply_batch(decisions, [self.agent_ids[i] for i in order])
             agent_json = encode_column(order)
         names = decisions.action_names
-        quoted = self._cached_json(("names", names), lambda: _quoted_names(names))
+        quoted = self._cached_json(("names", names), lambda: self._batchable(batch, names))
         record.n_actions = n
         record.encoded = (
             agent_json,
@@ -226,6 +234,19 @@ class WorldEngine:
             outcomes.error,
             None,  # fallback: a batch decision is always an action
         )
+
+    def _batchable(self, batch: BatchDecider, names: tuple[str, ...]) -> np.ndarray:
+        """The quoted names of a batch's actions, each checked to be one the world batches.
+
+        A name the world does not apply in batches would be recorded as a success it never had.
+        """
+        missing = sorted(set(names) - self._world_batch_actions)
+        if missing:
+            raise ConfigError(
+                f"{type(batch).__name__} decided {', '.join(missing)}, which world "
+                f"{world_name(self.world)} does not apply in batches"
+            )
+        return _quoted_names(names)
 
     def _cached_json(self, key: Any, make: Callable[[], Any]) -> Any:
         if key not in self._json_cache:

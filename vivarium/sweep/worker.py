@@ -32,7 +32,7 @@ from typing import Any
 
 from vivarium.config import ExperimentConfig, make_config
 from vivarium.errors import ConfigError, RunHealthWarning, TraceError, VivariumError
-from vivarium.runner import resume_run, run_experiment
+from vivarium.runner import llm_settings, resume_run, run_experiment
 from vivarium.sweep.index import SweepIndex, utc_now
 from vivarium.sweep.plan import PlannedRun
 from vivarium.trace.run import read_run_record
@@ -158,13 +158,16 @@ def _apply_registrations(blob: bytes | None) -> None:
 
 
 def _llm_transport(config: ExperimentConfig) -> dict[str, Any] | None:
-    """What a resumed run needs that its trace does not record (cassette, API base and key)."""
-    if config.llm is None:
-        return None
-    from vivarium.config import LLM_TRANSPORT_FIELDS
+    """How a resumed run's LLM calls go on, or None for a run without LLM agents.
 
-    data = config.llm.model_dump(include=set(LLM_TRANSPORT_FIELDS))
-    return {k: v for k, v in data.items() if v is not None}
+    The settings a run records (``llm_settings``: the concurrency is the one the run used,
+    whichever place set it) and the API key it never records.
+    """
+    settings = llm_settings(config) if config.llm is not None else None
+    if settings is None:
+        return None
+    settings["api_key"] = config.llm.api_key  # type: ignore[union-attr]
+    return {k: v for k, v in settings.items() if v is not None}
 
 
 def run_task(task: dict[str, Any]) -> dict[str, Any]:

@@ -38,11 +38,11 @@ as they are. Rows must be exactly what the per-agent loop would have stored.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from vivarium.trace.records import encode_column
 from vivarium.types import ActionRequest, ActionResult
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ class BatchOutcomes:
 @functools.lru_cache(maxsize=8)
 def _all_succeeded(rows: int) -> BatchOutcomes:
     # The same text for every step of a run: built once per size.
-    return BatchOutcomes(success=json.dumps([1] * rows, separators=(",", ":")))
+    return BatchOutcomes(success=encode_column([1] * rows) or "[]")
 
 
 @runtime_checkable
