@@ -303,6 +303,13 @@ def test_a_user_batch_pair_writes_the_rows_of_the_per_agent_path(
     batched, engine = _frog_run(tmp_path / "b.sqlite", batch=True, order=order)
     single, _ = _frog_run(tmp_path / "s.sqlite", batch=False, order=order)
     assert isinstance(engine._batch, FrogBatch) and engine._batch.synced >= 1  # the batch ran
+    orders = [engine.order(t) for t in range(5)]
+    if order == "sorted":
+        assert orders == [list(range(7))] * 5
+    else:  # the shuffle really reorders, so the rows test the order is carried through
+        assert any(o != list(range(7)) for o in orders) and all(
+            sorted(o) == list(range(7)) for o in orders
+        )
     expected = [
         (t, a, act, args, int(ok), res, err)
         for t, a, act, args, ok, res, err in _expected_rows(order, engine)
@@ -322,6 +329,51 @@ def test_a_batch_pair_that_declines_falls_back_to_one_agent_at_a_time(db: Path) 
     trace = TraceDb(db)
     engine = WorldEngine(
         WorldEngineConfig(run_id="lake"), {"f0": Frog(0), "f1": Frog(1)}, Lake(), trace_db=trace
+    )
+    engine.run(2)
+    trace.close()
+    assert engine._batch is None and len(Run.open(db).actions) == 4
+
+
+class Toad(Frog):
+    """Decides like a frog, but its batch decider claims every world batches ``croak``."""
+
+    @classmethod
+    def batch_decider(cls, policies: Sequence[Any], world_actions: frozenset[str]) -> Any:
+        class Croaks(FrogBatch):
+            def decide_batch(self, time_step: int, order: Sequence[int] | None) -> BatchDecisions:
+                rows = len(self.frogs)
+                return BatchDecisions(
+                    time_step, ("stay", "croak"), [1] * rows, extra={"k": [0] * rows}
+                )
+
+        return Croaks(policies)
+
+
+def test_a_batch_of_actions_the_world_does_not_batch_is_refused(db: Path) -> None:
+    """Never a row of successes the world never applied: one line naming the action."""
+    trace = TraceDb(db)
+    engine = WorldEngine(
+        WorldEngineConfig(run_id="toads"), {"t0": Toad(0), "t1": Toad(1)}, Pond(), trace_db=trace
+    )
+    with pytest.raises(ConfigError, match="decided croak, which world Pond does not apply"):
+        engine.run(1)
+    trace.close()
+    assert Run.open(db).metadata["steps_done"] == 0
+
+
+def test_a_batch_needs_one_policy_class_for_every_agent(db: Path) -> None:
+    """The first agent's class decides for all: it must be every agent's class, even when its
+    batch decider would take anything."""
+
+    class Loose(Frog):
+        @classmethod
+        def batch_decider(cls, policies: Sequence[Any], world_actions: frozenset[str]) -> Any:
+            return FrogBatch(policies)
+
+    trace = TraceDb(db)
+    engine = WorldEngine(
+        WorldEngineConfig(run_id="mixed"), {"f0": Loose(0), "f1": Frog(1)}, Pond(), trace_db=trace
     )
     engine.run(2)
     trace.close()
