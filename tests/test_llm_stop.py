@@ -325,6 +325,7 @@ def as_schema_1(db: Path) -> None:
                 "UPDATE steps SET metadata = ?, success = ?, error = ? WHERE step = ?",
                 (json.dumps(meta), json.dumps(ok), json.dumps(err), step),
             )
+        con.execute("DROP VIEW trace")  # the aam engine's view came later still
         con.execute("DROP VIEW actions")
         con.execute("ALTER TABLE steps DROP COLUMN fallback")
         con.execute(V1_VIEW)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vivarium import stable_agent_seed
-from vivarium.seeding import agent_ids, canonical_json, derive_run_id
+from vivarium.seeding import agent_ids, agent_sort_key, canonical_json, derive_run_id
 
 
 def reference_seed(master: int, agent_id: str) -> int:
@@ -38,11 +38,12 @@ def test_stable_agent_seed_is_unsigned_64_bit_and_pure(master: int, agent: str) 
     assert seed == stable_agent_seed(master, agent) == reference_seed(master, agent)
 
 
-def test_agent_ids_are_zero_padded_and_sorted() -> None:
+def test_agent_ids_are_padded_to_three_digits_in_index_order() -> None:
+    """aam run.py: ``f"agent_{i:03d}"`` whatever the run's size (agent_999, then agent_1000)."""
     assert agent_ids(3) == ["agent_000", "agent_001", "agent_002"]
     ids = agent_ids(1500)
-    assert ids[0] == "agent_0000" and ids[-1] == "agent_1499"
-    assert ids == sorted(ids)
+    assert ids[0] == "agent_000" and ids[1000] == "agent_1000" and ids[-1] == "agent_1499"
+    assert ids == sorted(ids, key=agent_sort_key)
 
 
 def test_run_id_is_derived_from_config_text() -> None:

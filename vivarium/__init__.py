@@ -7,7 +7,7 @@ The public face, in the order a newcomer meets it:
 - ``ExperimentConfig`` is the same thing as a pydantic model (loadable from YAML or JSON); the
   same config and seed give a byte-identical trace.
 - ``WorldEngine`` steps a world with its agents and writes the ``TraceDb``; policies
-  (``AgentPolicy``, ``RandomAgentPolicy``) map an observation to an ``ActionRequest``, and the
+  (``AgentPolicy``, ``RandomAgentPolicy``) map an ``Observation`` to an ``ActionRequest``, and the
   world answers with an ``ActionResult``.
 - ``stable_agent_seed`` is the seed of one agent's own generators.
 - ``VivariumError`` is the base of every error the user can fix, reported as one line.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from vivarium._version import __version__
 from vivarium.errors import ConfigError, TraceError, VivariumError
 from vivarium.seeding import stable_agent_seed
-from vivarium.types import ActionRequest, ActionResult, Message, RunMetadata
+from vivarium.types import ActionRequest, ActionResult, Message, Observation, RunMetadata
 
 if TYPE_CHECKING:
     from vivarium.config import ExperimentConfig
@@ -54,6 +54,7 @@ __all__ = [
     "ExperimentConfig",
     "InMemoryChannel",
     "Message",
+    "Observation",
     "RandomAgentPolicy",
     "Run",
     "RunMetadata",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 import time
@@ -23,6 +24,7 @@ from vivarium.errors import (
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 3  # as `vvm validate` says of an incomplete trace: resumable
+_TOP_LEVEL_FLAGS = frozenset({"-h", "--help", "--version"})  # all else without a command: phase1
 ON_LLM_ERROR_HELP = (
     "when the LLM server fails past the retries: stop (default; the run is interrupted, "
     "resume it later) or fallback (record a fallback noop and go on)"
@@ -75,6 +77,7 @@ def _add_run_flags(
             action="store_true",
             help="replace the trace at --db even when it holds another run",
         )
+        _add_after_run_flags(p)
     p.add_argument("--run-id", default=None, help="run id (default: derived from the config)")
     p.add_argument(
         "--scheduling", choices=["sequential", "simultaneous"], default=None, help="step semantics"
@@ -99,6 +102,82 @@ def _add_run_flags(
         metavar="K",
         help="save world and agent state every K steps, for `vvm resume`",
     )
+
+
+def _add_after_run_flags(p: argparse.ArgumentParser) -> None:
+    """Add what happens to the trace after a run: the check (on by default), a Parquet copy."""
+    p.add_argument(
+        "--no-validate",
+        action="store_true",
+        help="skip checking the trace after the run (the checks of `vvm validate`)",
+    )
+    p.add_argument(
+        "--export-parquet",
+        nargs="?",
+        const=True,
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="after the run, write its tables as Parquet files into DIR (alone: into "
+        "<trace>_parquet/ beside the trace)",
+    )
+
+
+def _check_folder(what: str, folder: Path) -> None:
+    """Refuse a folder path that cannot become one, before the run starts.
+
+    Raises:
+        ConfigError: The path is a file, or lies under one.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{what} {folder}: is a file; give a folder")
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise ConfigError(f"{what} {folder}: {existing} is a file, not a folder")
+
+
+def _check_export_dir(args: argparse.Namespace) -> None:
+    """Refuse an ``--export-parquet`` folder that cannot be one, before the run starts."""
+    folder = getattr(args, "export_parquet", None)
+    if isinstance(folder, Path):
+        _check_folder("--export-parquet", folder)
+
+
+def _after_run(args: argparse.Namespace, run: Any) -> int:
+    """Check the finished run's trace (unless ``--no-validate``), then export it as Parquet.
+
+    The check is ``vvm validate``'s: complete, numbered, hash chain intact. As in aam, a
+    trace that fails it is not exported.
+
+    Returns:
+        0; 1 when the trace is corrupt or the export failed; 3 when it is incomplete.
+    """
+    if not args.no_validate:
+        from vivarium.trace.validate import validate_trace
+
+        report = validate_trace(run.path)
+        if not report.ok:
+            text = one_line("; ".join(report.lines()))
+            print(f"vvm {args.command}: error: the trace failed its check: {text}", file=sys.stderr)
+            return 1 if report.status == "corrupt" else EXIT_INTERRUPTED
+        print(f"  validated: {report.steps_found} steps, {report.actions} decisions, hash chain ok")
+    if args.export_parquet is not None:
+        folder = args.export_parquet
+        if folder is True:
+            folder = run.path.with_name(f"{run.path.stem}_parquet")
+        try:
+            paths = run.to_parquet(folder)
+        except VivariumError as exc:
+            print(
+                f"vvm {args.command}: error: --export-parquet: {exc} (the run itself is "
+                f"complete in {run.path})",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"  parquet: {folder}/ ({', '.join(sorted(paths))})")
+    return 0
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -155,10 +234,18 @@ def _cmd_phase1(args: argparse.Namespace) -> int:
     from vivarium.experiment import Experiment
 
     exp = Experiment(name="phase1", world="channel", policy="random", **_overrides(args))
+    if getattr(args, "implicit", False):
+        c = exp.config
+        print(
+            f"vvm: no command given: running `vvm phase1 --steps {c.steps} --agents "
+            f"{c.agent_count} --seed {c.seed}` (random agents in the channel world; "
+            "`vvm --help` lists the commands)"
+        )
+    _check_export_dir(args)
     start = time.perf_counter()
     run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
-    return 0
+    return _after_run(args, run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -171,14 +258,82 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # The mock answers instead of the file's model; its other LLM settings (temperature,
         # max_tokens, force_tool, ...) stay, but not the model's cassette.
         fields["llm"] = {"model": "mock", "mock": True, "cache": None}
-    exp = Experiment.from_file(args.config, **fields)
+    try:
+        exp = Experiment.from_file(args.config, **fields)
+    except ConfigError:
+        _refer_sectioned(args.config)
+        raise
     if args.on_llm_error is not None and exp.config.llm is not None:
         exp.config.llm.on_llm_error = args.on_llm_error  # not part of the run's identity
+    _check_export_dir(args)
 
     start = time.perf_counter()
     run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
-    return 0
+    return _after_run(args, run)
+
+
+def _refer_sectioned(path: Path) -> None:
+    """Point an aam sectioned config given to ``vvm run`` to ``vvm experiment``.
+
+    Raises:
+        ConfigError: The file is aam's sectioned config (run / scheduler / policy).
+    """
+    from vivarium.config import load_config_data
+    from vivarium.config_sections import is_sectioned
+
+    try:
+        data = load_config_data(path)
+    except ConfigError:
+        return  # the original error says what is wrong
+    if is_sectioned(data):
+        raise ConfigError(
+            f"{path} is aam's sectioned config (run / scheduler / policy): run it with "
+            f"`vvm experiment --config {path}`"
+        )
+
+
+def _cmd_experiment(args: argparse.Namespace) -> int:
+    """Run aam's sectioned JSON config (``vvm experiment --config X.json``), translated.
+
+    See ``vivarium.config_sections`` for what each section and key becomes.
+    """
+    from vivarium.config_sections import load_sectioned_config
+    from vivarium.experiment import Experiment
+
+    items = list(args.override or [])
+    if args.run_id is not None:
+        items.append(f"run.run_id={json.dumps(args.run_id)}")
+    aam = load_sectioned_config(args.config, items)
+    config = aam.config
+    if config.llm is not None and config.llm.api_key is None:
+        env_key = os.environ.get("VIVARIUM_API_KEY")
+        if env_key:
+            config.llm.api_key = env_key  # type: ignore[assignment]  # validated into a secret
+    if args.runs_dir is not None:
+        _check_folder("--runs-dir", args.runs_dir)
+    elif args.db is None:
+        _check_folder(f"{args.config}: run.runs_dir", aam.runs_dir)
+    runs_dir = args.runs_dir if args.runs_dir is not None else aam.runs_dir
+    _check_export_dir(args)
+    llm = config.llm
+    answers = "" if llm is None else f", llm={'mock' if llm.uses_mock else llm.model}"
+    print(
+        f"{args.config}: aam experiment config -> policy={config.policy}, "
+        f"agents={config.agent_count}, steps={config.steps}, seed={config.seed}, "
+        f"scheduling={config.scheduling} (barrier), order={config.order}, "
+        f"max_concurrency={config.max_concurrency}{answers}"
+    )
+    exp = Experiment(config)
+    start = time.perf_counter()
+    run = exp.run(
+        args.db,
+        overwrite=args.overwrite,
+        folder=runs_dir,
+        progress=False if args.no_progress else None,
+    )
+    _summarise(run, time.perf_counter() - start)
+    return _after_run(args, run)
 
 
 def _llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -223,11 +378,23 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
     from vivarium.experiment import Experiment
 
     llm = _llm_overrides(args)
+    if not llm.get("mock") and "model" not in llm:
+        # aam called gpt-3.5-turbo here; Vivarium answers offline and says so.
+        print(
+            "vvm phase2: no --model or --mock-llm given: the deterministic mock LLM answers "
+            "(aam called gpt-3.5-turbo; pass --model NAME, with --api-base URL for a local "
+            "server, to call a model)"
+        )
     if not llm.get("mock") and llm.get("model", "mock") == "mock":
         llm["mock"] = True  # no model named: the deterministic mock answers
     fields = _overrides(args)
     fields.setdefault("scheduling", "simultaneous")  # LLM calls of one step run concurrently
+    in_flight = _rate_limit(args, llm)
+    if in_flight is not None:
+        given = llm.get("max_concurrency")
+        fields["max_concurrency"] = in_flight if given is None else min(in_flight, given)
     exp = Experiment(name="phase2", world="channel", policy="cognitive", llm=llm, **fields)
+    _check_export_dir(args)
     start = time.perf_counter()
     run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
@@ -240,7 +407,39 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
         )
         hits = int(calls["cache_hit"].sum())
         print(f"  llm calls: {calls.height} ({errors} failed, {hits} from cache), {tokens} tokens")
-    return 0
+    return _after_run(args, run)
+
+
+def _rate_limit(args: argparse.Namespace, llm: dict[str, Any]) -> int | None:
+    """Apply aam's ``--no-rate-limit`` to ``llm``; return ``--rate-limit-max-concurrent``.
+
+    aam's flags: ``--rate-limit-max-concurrent N`` caps the LLM calls in flight at once. In
+    Vivarium every agent of a run shares one gateway, so the cap is the run's
+    ``max_concurrency`` (each decision makes its calls one at a time). ``--no-rate-limit``
+    drops every limit (requests and tokens per minute, calls at once), as in aam, where it
+    wins over the other rate-limit flags; a flag it overrules is named on stderr.
+
+    Returns:
+        The cap on calls in flight, or None for none.
+    """
+    cap = args.rate_limit_max_concurrent
+    if not args.no_rate_limit:
+        return cap
+    dropped = [
+        flag
+        for flag, key in (
+            ("--rate-limit-rpm", "rate_limit_rpm"),
+            ("--rate-limit-tpm", "rate_limit_tpm"),
+        )
+        if llm.pop(key, None) is not None
+    ]
+    if cap is not None:
+        dropped.append("--rate-limit-max-concurrent")
+    if dropped:
+        print(
+            f"vvm phase2: note: --no-rate-limit: {', '.join(dropped)} not applied", file=sys.stderr
+        )
+    return None
 
 
 def _warn_health(run: Any) -> None:
@@ -269,10 +468,11 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         )
         return 0
     llm = _llm_overrides(args)
+    _check_export_dir(args)
     start = time.perf_counter()
     run = done.resume(progress=False if args.no_progress else None, llm=llm or None)
     _summarise(run, time.perf_counter() - start)
-    return 0
+    return _after_run(args, run)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -397,6 +597,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     llm.add_argument("--rate-limit-rpm", type=_positive("--rate-limit-rpm"), default=None)
     llm.add_argument("--rate-limit-tpm", type=_positive("--rate-limit-tpm"), default=None)
+    llm.add_argument(
+        "--rate-limit-max-concurrent",
+        type=_positive("--rate-limit-max-concurrent"),
+        default=None,
+        metavar="N",
+        help="LLM calls in flight at once across the run (caps --max-concurrency)",
+    )
+    llm.add_argument(
+        "--no-rate-limit",
+        action="store_true",
+        help="no rate limits: the --rate-limit-* flags are not applied",
+    )
     llm.add_argument("--cache", type=Path, default=None, help="record/replay cassette file")
     llm.add_argument("--cache-mode", choices=["record", "replay", "auto"], default=None)
     llm.add_argument("--timeout", type=float, default=None, help="seconds per HTTP call")
@@ -434,9 +646,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr.set_defaults(func=_cmd_run)
 
+    pe = sub.add_parser(
+        "experiment", help="run an aam experiment config (JSON: run / scheduler / policy sections)"
+    )
+    pe.add_argument(
+        "--config", type=Path, required=True, help="aam's sectioned JSON experiment config"
+    )
+    pe.add_argument("--run-id", default=None, help="run id (over the config's run.run_id)")
+    pe.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        help="folder of the trace, runs-dir/<config name>.sqlite (default: run.runs_dir)",
+    )
+    pe.add_argument(
+        "--override",
+        action="append",
+        default=None,
+        metavar="SECTION.KEY=VALUE",
+        help="set a config key, e.g. --override run.steps=100 (repeatable)",
+    )
+    pe.add_argument("--db", type=Path, default=None, help="trace file (over --runs-dir)")
+    pe.add_argument(
+        "--overwrite", action="store_true", help="replace the trace even when it holds another run"
+    )
+    pe.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_after_run_flags(pe)
+    pe.set_defaults(func=_cmd_experiment)
+
     pz = sub.add_parser("resume", help="finish an interrupted run from its last checkpoint")
     pz.add_argument("db", type=Path, help="trace file of the interrupted run")
     pz.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_after_run_flags(pz)
     rz = pz.add_argument_group(
         "LLM (default: as the run recorded them; the API key is never recorded)"
     )
@@ -519,6 +760,9 @@ def _note_trace_path(
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``vvm`` (the console script's entry point).
 
+    Without a command (``vvm``, or ``vvm --steps 5``) it runs ``vvm phase1``, as aam's
+    ``vvm`` does, and says so first.
+
     Args:
         argv: The arguments after the program name; None reads ``sys.argv``.
 
@@ -528,7 +772,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         the LLM server failed past the retries (the run resumes); 130 on Ctrl-C.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # No command runs phase 1 with its defaults, as aam's ``vvm`` does (its flags may follow).
+    implicit = not words or (words[0].startswith("-") and words[0] not in _TOP_LEVEL_FLAGS)
+    args = parser.parse_args(["phase1", *words] if implicit else words)
+    args.implicit = implicit
     if args.version:
         from vivarium._version import __version__
 

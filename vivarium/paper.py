@@ -72,7 +72,7 @@ def make_figures(
             ),
             "action_mix": plots.action_mix(runs["baseline"], window=5),
             "success_curves": plots.success_curves(runs["ecology"], by="policy", window=5),
-            # The workflows mark their loops routine: only real pivots are drawn.
+            # alpha_2's should_pivot turns (state-machine loops marked routine are left out).
             "pivot_raster": plots.pivot_raster(runs["ecology"][0]),
             "message_volume": plots.message_volume(runs["ecology"], cumulative=True),
             "token_use": plots.token_use(runs["llm"]),

@@ -2,9 +2,10 @@
 
 A config names either a number of agents of one policy, or groups of agents (``agents:
 [{policy: workflow, agent: data/agents/alpha_2}, {policy: random, count: 3}]``). The plan lists
-every agent of the run in the engine's canonical order (sorted by id), with the group it comes
-from and the seeds it runs on (``vivarium.seeding.AgentSeeds``). Worlds are built for the planned
-ids, then one policy per planned agent, and the engine records each agent's seed from the plan:
+every agent of the run in the engine's canonical order (``vivarium.seeding.agent_sort_key``: by
+id, numbered ids in index order), with the group it comes from and the seeds it runs on
+(``vivarium.seeding.AgentSeeds``). Worlds are built for the planned ids, then one policy per
+planned agent, and the engine records each agent's seed from the plan:
 seeds are derived once (by ``vivarium.seeding``) and handed down, never derived again.
 """
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from vivarium.config import AgentGroup
 from vivarium.errors import ConfigError
-from vivarium.seeding import AgentSeeds
+from vivarium.seeding import AgentSeeds, agent_sort_key, numbered_id
 
 if TYPE_CHECKING:
     from vivarium.config import ExperimentConfig
@@ -41,7 +42,7 @@ class PlannedAgent:
 def agent_plan(
     config: ExperimentConfig, shared: dict[str, Any] | None = None
 ) -> list[PlannedAgent]:
-    """Every agent of the run with its group and seeds, sorted by id (the engine's order).
+    """Every agent of the run with its group and seeds, in the engine's order (``agent_sort_key``).
 
     Args:
         config: The experiment config.
@@ -62,8 +63,6 @@ def agent_plan(
         if isinstance(config.agents, list)
         else [AgentGroup(policy=config.policy, count=config.agents)]
     )
-    numbered = sum(g.count for g in groups if not g.agent)
-    width = max(3, len(str(max(numbered - 1, 0))))
     plan: list[PlannedAgent] = []
     disabled: list[str] = []
     counter = 0
@@ -74,7 +73,8 @@ def agent_plan(
             ids = [base] if group.count == 1 else [f"{base}_{i}" for i in range(group.count)]
             enabled = spec.enabled and group.enabled is not False
         else:
-            ids = [f"{group.id or 'agent'}_{counter + i:0{width}d}" for i in range(group.count)]
+            prefix = group.id or "agent"
+            ids = [numbered_id(prefix, counter + i) for i in range(group.count)]
             counter += group.count
             enabled = group.enabled is not False
         if enabled:
@@ -91,7 +91,7 @@ def agent_plan(
         if p.agent_id in seen:
             raise ConfigError(f"config: agents: agent id '{p.agent_id}' is used twice")
         seen.add(p.agent_id)
-    return sorted(plan, key=lambda p: p.agent_id)
+    return sorted(plan, key=lambda p: agent_sort_key(p.agent_id))
 
 
 def load_spec(folder: str, shared: dict[str, Any]) -> Any:

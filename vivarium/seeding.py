@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from typing import Any
 
 UINT64_MASK = (1 << 64) - 1
@@ -149,18 +150,53 @@ class AgentSeeds:
         return self._workflow
 
 
-def agent_ids(count: int, width: int | None = None) -> list[str]:
-    """Agent ids ``agent_000, agent_001, ...``: zero-padded to at least 3 digits, so they sort.
+# A numbered id's digits: at least 3 (``agent_000``), more only past 999 (``agent_1000``).
+ID_DIGITS = 3
+_TRAILING_NUMBER = re.compile(r"^(.*?)([0-9]+)$")
+# Sorts after any text an id can hold, so ``agent_1000`` comes after every ``agent_999...``.
+_PAST_THREE_DIGITS = "999\U0010ffff"
+
+
+def numbered_id(prefix: str, index: int) -> str:
+    """The id of the ``index``-th numbered agent: ``agent_000`` ... ``agent_999``, ``agent_1000``.
+
+    The original aam engine formats ids as ``f"agent_{i:03d}"``; the padding does not widen with
+    the run's size, so an agent keeps its id (and with it its seed) in a run of any size.
+    """
+    return f"{prefix}_{index:0{ID_DIGITS}d}"
+
+
+def agent_ids(count: int) -> list[str]:
+    """Agent ids ``agent_000, agent_001, ...`` (``numbered_id``), in the engine's order.
 
     Args:
         count: How many ids.
-        width: Digits to pad to (default: enough for ``count``, at least 3).
 
     Returns:
-        The ids, in sorted order.
+        The ids, in index order (which is also ``agent_sort_key`` order).
     """
-    width = max(3, len(str(max(count - 1, 0)))) if width is None else width
-    return [f"agent_{i:0{width}d}" for i in range(count)]
+    return [numbered_id("agent", i) for i in range(count)]
+
+
+def agent_sort_key(agent_id: str) -> tuple[str, int, str]:
+    """The engine's order of agent ids: as text, with numbered ids past 999 after ``*_999``.
+
+    With ``agent_{i:03d}`` ids a plain text sort would put ``agent_1000`` between ``agent_100``
+    and ``agent_101``; this key keeps every run in index order, and leaves the order of ids with
+    three trailing digits or fewer exactly the text order (the order of every earlier run).
+
+    Args:
+        agent_id: An agent's id.
+
+    Returns:
+        A key for ``sorted``: ``(agent_id, 0, "")``, or, for an id ending in four or more
+        digits, ``(prefix + "999" + a last character, number of digits, digits)``.
+    """
+    match = _TRAILING_NUMBER.match(agent_id)
+    if match is None or len(match.group(2)) <= ID_DIGITS:
+        return (agent_id, 0, "")
+    prefix, digits = match.groups()
+    return (prefix + _PAST_THREE_DIGITS, len(digits), digits)
 
 
 def canonical_json(value: Any) -> str:

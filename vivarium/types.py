@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
+
+Observation: TypeAlias = dict[str, Any]
+"""What a policy's ``decide`` receives: a JSON-like dict a world builds for one agent and step.
+
+Every world gives ``time_step`` and ``agent_id``; the channel world adds ``messages`` and
+``tools``, others their own keys. The original aam engine's ``Observation`` is the same type (a
+``dict[str, Any]``), so policies annotated with it work unchanged.
+"""
 
 
 class _Model(BaseModel):

@@ -67,7 +67,8 @@ def test_the_prompt_shows_what_the_ecology_observation_holds() -> None:
     ecology(steps=1).build(None, {"gateway": gateway}).run(1)
     user = gateway.requests[0].messages[1]["content"]
     assert "bulletin" in user  # the artifact listing, so the agent can name what to read
-    assert "balance" in user
+    # agent_ecology 599d43d3 build_prompt: the balance is shown in its own section (issue 13)
+    assert "## Balances\n- You: 100 scrip" in user
     assert "read_artifact(artifact_id)" in user
 
 

@@ -36,6 +36,7 @@ TEXT_BAD = {
     "--run-id": ["", "bad id", "x/y", "a" * 300, ".hidden"],
     "--model": [""],
     "--grid": ["noequals", "=1", "steps=", "bogusfield=1", "steps=a,b", "agents=0"],
+    "--override": ["noequals", "=1", "run.steps", "nosection.x=1", "run.stepz=1", "run.steps=-1"],
 }
 TEXT_FREE = {"--api-base", "--api-key", "--system-prompt", "--force-tool", "--ray-address"}
 SKIP: set[tuple[str, str]] = set()
@@ -72,6 +73,10 @@ class Files:
         self.list_config.write_text("- 1\n- 2\n")
         self.unknown_config = root / "unknown.yaml"
         self.unknown_config.write_text("stepz: 3\n")
+        self.aam_config = root / "aam.json"  # aam's sectioned config, for `vvm experiment`
+        self.aam_config.write_text(
+            '{"run": {"steps": 1, "agents": 1}, "policy": {"kind": "random"}}'
+        )
         self.db = root / "out" / "run.sqlite"
         llm = Experiment(agents=2, steps=4, policy="cognitive", llm={"mock": True})
         self.llm_partial = root / "llm-partial.sqlite"
@@ -97,11 +102,11 @@ class Files:
             return [self.folder, self.text, self.foreign, self.under_file]
         if flag == "--cache":
             return [self.folder, self.text, self.foreign, self.under_file]
-        if flag in ("--folder", "--out"):
+        if flag in ("--folder", "--out", "--export-parquet", "--runs-dir"):
             return [self.text, self.under_file]
         if flag == "--data":
             return [self.missing, self.text, self.folder]
-        if flag == "config":
+        if flag in ("config", "--config"):
             return [self.missing, self.folder, self.trace, self.bad_config, self.list_config,
                     self.unknown_config, self.text]  # fmt: skip
         if flag == "db":  # resume and validate (validate says a never-started run is incomplete)
@@ -124,6 +129,7 @@ class Files:
                 "--backend",
                 "inline",
             ],  # fmt: skip
+            "experiment": ["--config", str(self.aam_config), "--db", str(self.db), "--no-progress"],
             "resume": [str(self.partial_copy()), "--no-progress"],
             "validate": [str(self.trace)],
             "figures": ["--out", str(self.root / "figs"), "--data", str(self.missing)],

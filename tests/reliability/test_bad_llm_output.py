@@ -23,7 +23,8 @@ from vivarium.policies.cognitive import SimpleCognitivePolicy
 from vivarium.policies.parsing import MAX_REASON_CHARS, MAX_REASONING_CHARS, parse_action
 from vivarium.policies.prompting import arg_models_for, default_registry
 from vivarium.types import ActionRequest
-from vivarium.workflow.policy import ACT_TOOL, CHOOSE_TOOL, parse_act, parse_choice
+from vivarium.workflow.replies import parse_act, parse_choice
+from vivarium.workflow.tools import ACT_TOOL, CHOOSE_TOOL
 from vivarium.worlds.channel import InMemoryChannel
 
 CHANNEL_TOOLS = ("noop", "emit_event", "post_message")

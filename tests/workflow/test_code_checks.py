@@ -59,7 +59,10 @@ def test_context_sees_what_earlier_lines_assigned() -> None:
     ("code", "message"),
     [
         ("y = undefined_thing + 1", "unknown name 'undefined_thing'"),
-        ("context['x'] = 1", "'context' cannot be assigned"),
+        # issue 13: ``context['x'] = v`` is ``x = v`` (agent ecology 002 "Code Steps"), so a
+        # write through the view is refused only where assigning the name itself would be.
+        ("context['state'] = 1", "cannot assign 'state'"),
+        ("context[agent_id] = 1", "needs a quoted name as the key"),
         ("context = {}", "'context' cannot be assigned"),
         ("a, state = 1, 2", "cannot assign 'state'"),
         ("last_transition['x'] = 1", "cannot assign 'last_transition'"),

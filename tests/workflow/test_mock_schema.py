@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vivarium.gateways import MockLLMGateway
-from vivarium.workflow.policy import act_tool, choose_tool
+from vivarium.workflow.tools import act_tool, choose_tool
 
 FORCE_ACT = {"type": "function", "function": {"name": "act"}}
 FORCE_CHOOSE = {"type": "function", "function": {"name": "choose"}}

@@ -356,10 +356,40 @@ ESCAPES = [
     ("lambda", "eval", "lambda: 1", U, "lambda is not allowed"),
     ("called-lambda", "eval", "(lambda: 1)()", U, "lambda is not allowed"),
     ("call-of-item", "eval", "y[0]()", U, "call of 'y[0]' is not allowed"),
-    ("listcomp", "eval", "[x for x in range(10**9)]", U, "comprehensions are not allowed"),
-    ("setcomp", "eval", "{x for x in y}", U, "comprehensions are not allowed"),
-    ("dictcomp", "eval", "{k: v for k, v in d.items()}", U, "comprehensions are not allowed"),
-    ("genexp", "eval", "(x for x in y)", U, "generator expressions are not allowed"),
+    # Comprehensions run (issue 13: the agent ecology's code uses them), bounded like the rest.
+    ("listcomp-range", "eval", "[x for x in range(10**9)]", U, "call of 'range' is not allowed"),
+    ("comp-attr-target", "eval", "[1 for x.a in y]", U, "comprehension target 'x.a'"),
+    ("comp-item-target", "eval", "[1 for d['k'] in y]", U, "comprehension target"),
+    ("comp-private", "eval", "[_v for _v in y]", U, "name '_v' is not allowed"),
+    ("comp-context", "eval", "[1 for context in y]", U, "'context' cannot be assigned"),
+    ("comp-async", "eval", "[v async for v in y]", U, "async comprehensions are not allowed"),
+    ("comp-leak", "exec", "a = [v for v in y]\nb = v", E, "unknown name 'v'"),
+    ("comp-over-int", "eval", "[v for v in x]", E, "cannot iterate over a 'int'"),
+    ("comp-object", "eval", "[v.get('a') for v in objs]", E, "item holds a 'Widget'"),
+    ("comp-product", "eval", "[1 for a in huge for b in huge if b == 'z']", E, "200000 steps"),
+    ("comp-long", "eval", "[1 for a in huge]", E, "list has more than 10000 items"),
+    ("comp-growth", "eval", "[c * 3000 for v in huge]", E, "more than 200000 steps"),
+    # ``context`` is a view of the names, never a value: only its mapping uses are open.
+    ("context-bare", "eval", "context", U, "'context' can only be used as context['x']"),
+    ("context-escape", "exec", "alias = context", U, "'context' can only be used as"),
+    ("context-in-list", "eval", "[context]", U, "'context' can only be used as"),
+    ("context-left", "eval", "context in y", U, "'context' can only be used as"),
+    ("context-chain", "eval", "'x' in context in y", U, "'context' can only be used as"),
+    ("context-method", "eval", "context.update({})", U, "'context' can only be used as"),
+    ("context-copy", "eval", "context.copy()", U, "'context' can only be used as"),
+    ("context-slice", "eval", "context[1:2]", U, "'context' can only be used as"),
+    ("context-fstring", "eval", "f'{context}'", U, "'context' can only be used as"),
+    ("context-dunder", "eval", "context.__class__", U, "attribute '__class__' is not allowed"),
+    ("context-dyn-key", "exec", "context[s] = 1", U, "needs a quoted name as the key"),
+    ("context-private", "exec", "context['_x'] = 1", U, "name '_x' is not allowed"),
+    ("context-self", "exec", "context['context'] = 1", U, "'context' cannot be assigned"),
+    ("context-not-name", "exec", "context['a b'] = 1", U, "context['a b'] = value: not a valid"),
+    ("context-keyword", "exec", "context['if'] = 1", U, "not a valid name"),
+    ("context-missing", "eval", "context['nope']", E, "unknown name 'nope' (use context.get"),
+    ("context-aug-missing", "exec", "context['nope'] += 1", E, "unknown name 'nope'"),
+    ("context-object", "eval", "context.get('obj')", E, "name 'obj' holds a 'Widget'"),
+    ("context-values", "eval", "context.values()", E, "name 'obj' holds a 'Widget'"),
+    ("context-get-args", "eval", "context.get()", E, "context.get() takes a name"),
     ("pow-tower", "eval", "9**9**9", E, "result too large: 9**387420489 has more than 4096"),
     ("pow-huge", "eval", "10**100000", E, "result too large: 10**100000 has more than 4096 bits"),
     ("str-repeat", "eval", "'a' * 10**9", E, "more than 100000 characters"),
@@ -435,8 +465,8 @@ RUNTIME_REFUSALS = {"percent-name"}
 def test_escape_attempts_are_refused(
     name: str, mode: str, source: str, error: type[Exception], message: str
 ) -> None:
-    context = {**make_context(), "obj": Widget()}
-    snapshot = copy.deepcopy({k: v for k, v in context.items() if k != "obj"})
+    context = {**make_context(), "obj": Widget(), "objs": [Widget()]}
+    snapshot = copy.deepcopy({k: v for k, v in context.items() if k not in ("obj", "objs")})
     run = evaluate if mode == "eval" else execute
     with pytest.raises(error) as caught:
         run(source, context)
@@ -444,8 +474,8 @@ def test_escape_attempts_are_refused(
     text = str(caught.value)
     assert message in text
     assert "\n" not in text and len(text) <= 200
-    assert context["obj"].calls == 0
-    assert {k: v for k, v in context.items() if k != "obj"} == snapshot
+    assert context["obj"].calls == context["objs"][0].calls == 0
+    assert {k: v for k, v in context.items() if k not in ("obj", "objs")} == snapshot
     if error is UnsafeExpression and name not in RUNTIME_REFUSALS:
         with pytest.raises(UnsafeExpression) as static:  # check() refuses it too, running nothing
             check(source, mode)  # type: ignore[arg-type]
@@ -465,7 +495,7 @@ PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 NAMES = ["x", "y", "s", "d", "f", "n", "t", "c", "huge", "missing", "_private", "__class__"]
 FUNCTIONS = [
     *["len", "min", "max", "abs", "round", "sum", "sorted", "any", "all"],
-    *["int", "float", "str", "bool"],
+    *["int", "float", "str", "bool", "set", "list", "tuple", "dict"],
 ]
 METHODS = [
     *["get", "keys", "values", "items", "lower", "split", "join", "count", "index", "replace"],
@@ -505,6 +535,13 @@ def _extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
         st.tuples(inner, st.sampled_from(["", "!r", ":>5", ":.2f"])).map(
             lambda p: f'f"""{{{p[0]}{p[1]}}}"""'
         ),
+        # comprehensions and the ``context`` view (issue 13)
+        st.tuples(inner, inner, inner).map(lambda p: f"[{p[0]} for v in {p[1]} if {p[2]}]"),
+        st.tuples(inner, inner).map(lambda p: f"{{v: {p[0]} for v in {p[1]}}}"),
+        st.tuples(inner, inner).map(lambda p: f"sum({p[0]} for v in {p[1]})"),
+        st.tuples(inner, inner).map(lambda p: f"context.get({p[0]}, {p[1]})"),
+        inner.map(lambda e: f"context[{e}]"),
+        inner.map(lambda e: f"({e} in context)"),
     )
     refused = st.one_of(
         st.tuples(st.sampled_from(BAD_FUNCTIONS), args).map(lambda p: f"{p[0]}({p[1]})"),
@@ -515,7 +552,7 @@ def _extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
             lambda p: f"({p[0]}).{p[1]}({p[2]})"
         ),
         inner.map(lambda e: f"(lambda: {e})"),
-        inner.map(lambda e: f"[v for v in {e}]"),
+        inner.map(lambda e: f"[context for v in {e}]"),
         inner.map(lambda e: f"(v := {e})"),
     )
     # Mostly allowed constructs, so that evaluation gets deep before anything is refused.
@@ -555,6 +592,10 @@ simple_statements = st.one_of(
         lambda p: f"{p[0]}[{p[1]}] = {p[2]}"
     ),
     st.sampled_from(["d['b']['c'][0] += 1", "d['b']['new'] = y", "y[0] = d", "pass"]),
+    st.tuples(st.sampled_from(NAMES[:8]), expressions).map(lambda p: f"context['{p[0]}'] = {p[1]}"),
+    st.tuples(st.sampled_from(NAMES[:8]), expressions).map(
+        lambda p: f"context['{p[0]}'] += {p[1]}"
+    ),
 )
 statements = st.one_of(
     simple_statements,

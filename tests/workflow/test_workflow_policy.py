@@ -14,7 +14,7 @@ from vivarium.gateways import MockLLMGateway
 from vivarium.types import ActionRequest
 from vivarium.workflow import WorkflowPolicy, load_agent
 from vivarium.workflow.config import AgentSpec
-from vivarium.workflow.policy import ACT_TOOL, CHOOSE_TOOL
+from vivarium.workflow.tools import ACT_TOOL, CHOOSE_TOOL
 from vivarium.worlds.ecology import ECOLOGY_ACTIONS
 
 from .wf_helpers import (
@@ -94,12 +94,14 @@ def test_retry_exhausted_fails_the_decision(tmp_path: Path) -> None:
 
 
 def test_skip_goes_on_with_the_next_step(tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, one_llm_step(on_failure="skip"))
-    gw = ScriptedGateway([Boom("server on fire")])
+    # skip retries up to max_retries first (agent_ecology 599d43d3 execution-model doc), then
+    # goes on with the next step
+    spec = make_spec(tmp_path, one_llm_step(on_failure="skip", max_retries=1))
+    gw = ScriptedGateway([Boom("server on fire"), Boom("server on fire")])
     req = decide(WorkflowPolicy(spec, gw))
     assert req.action_name == "noop"
     steps = req.metadata["steps"]
-    assert steps[0]["status"] == "skipped" and steps[0]["attempts"] == 1
+    assert steps[0]["status"] == "skipped" and steps[0]["attempts"] == 2
     assert steps[0]["error"] == "llm error: Boom: server on fire"
     assert steps[1] == {"step": "after", "state": "a", "attempts": 1, "status": "ok"}
     assert req.metadata["agent_state"]["variables"] == {"after": 1}
@@ -320,6 +322,7 @@ def test_transition_step_asks_the_model_to_choose(tmp_path: Path) -> None:
             "to_state": "work",
             "trigger": "review_strategy: continue",
             "routine": False,
+            "reason": "why not",  # the model's stated reason is kept
         }
     ]
     request = gw.requests[0]
@@ -457,9 +460,11 @@ def test_rag_and_working_memory_go_into_the_prompt(tmp_path: Path) -> None:
     gw = ScriptedGateway([act("noop")])
     decide(WorkflowPolicy(spec, gw), memory=memory, working_memory={"plan": "sell weather"})
     user = gw.user_prompts()[0]
-    assert "Relevant memories:\n- [t=2] event: weather artifact pays 5 scrip" in user
+    # agent_ecology 599d43d3 agent.py build_prompt: "## Your Memories" and "## Your Working
+    # Memory" sections (ours: "## Relevant memories", "## Working memory", structured format).
+    assert "## Relevant memories\n- [t=2] event: weather artifact pays 5 scrip" in user
     assert "market is quiet" not in user and "beta owes" not in user
-    assert 'Working memory:\n{"plan":"sell weather"}' in user
+    assert "## Working memory\nplan: sell weather" in user
 
 
 def test_no_actions_offered(tmp_path: Path) -> None:
@@ -511,16 +516,19 @@ def run_chain(policy: WorkflowPolicy, steps: int, use_async: bool) -> list[Actio
     return out
 
 
-@pytest.mark.parametrize("name", ["alpha_2", "beta_2"])
+LOOPS = ROOT / "tests/fixtures/agents"  # state-machine agents (alpha_2/beta_2 before issue 13)
+
+
+@pytest.mark.parametrize("name", ["loop_alpha", "loop_beta"])
 def test_examples_against_the_mock_decide_equals_adecide(name: str) -> None:
-    spec = load_agent(ROOT / "data/agents" / name)
+    spec = load_agent(LOOPS / name)
     sync = run_chain(WorkflowPolicy(spec, MockLLMGateway(seed=7), seed=7), 12, False)
     again = run_chain(WorkflowPolicy(spec, MockLLMGateway(seed=7), seed=7), 12, False)
     async_ = run_chain(WorkflowPolicy(spec, MockLLMGateway(seed=7), seed=7), 12, True)
     assert sync == async_ == again
     transitions = [t for req in sync for t in req.metadata["transitions"]]
     assert transitions and all(
-        set(t) == {"from_state", "to_state", "trigger", "routine"} for t in transitions
+        set(t) - {"reason"} == {"from_state", "to_state", "trigger", "routine"} for t in transitions
     )
     visited = {t["to_state"] for t in transitions}
     assert visited == set(spec.workflow.states)
@@ -535,17 +543,39 @@ def test_examples_against_the_mock_decide_equals_adecide(name: str) -> None:
     calls = sum(req.metadata["llm_calls"] for req in sync)
     assert calls >= 12
     variables = sync[-1].metadata["agent_state"]["variables"]
-    if name == "alpha_2":
+    if name == "loop_alpha":
         assert {"success_rate", "stuck_in_loop", "should_pivot", "strategy"} <= set(variables)
     else:
         assert {"subgoal", "goal_progress", "subgoal_progress", "approach"} <= set(variables)
         assert variables["reviews"] == 2  # ticks 5 and 10
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_the_shipped_agents_against_the_mock(use_async: bool) -> None:
+    """agent_ecology 599d43d3 workflow.py: a linear workflow runs every step in order each turn,
+    each llm step one model call, and the last llm step's action is the turn's action.
+
+    alpha_2 has three llm steps (self_audit, review_strategy, decide_action); beta_2 has two
+    (tactical_plan, decide_action) plus strategic_review when ``tick % 10 == 0`` (its working
+    memory is empty, so it is never stuck on a subgoal here).
+    """
+    for name, calls in (("alpha_2", lambda t: 3), ("beta_2", lambda t: 3 if t % 10 == 0 else 2)):
+        spec = load_agent(ROOT / "data/agents" / name)
+        chain = run_chain(WorkflowPolicy(spec, MockLLMGateway(seed=7), seed=7), 12, use_async)
+        again = run_chain(WorkflowPolicy(spec, MockLLMGateway(seed=7), seed=7), 12, use_async)
+        assert chain == again
+        assert [req.metadata["llm_calls"] for req in chain] == [calls(t) for t in range(12)]
+        for req in chain:
+            assert req.metadata["transitions"] == []  # one state: nothing to move between
+            assert req.action_name in ACTIONS
+            assert req.metadata["action_step"] == "decide_action"
+            json.dumps(req.metadata)
+
+
 def test_alpha_2_pivots_when_stuck() -> None:
     """Three failed read_artifact in a row -> stuck_in_loop -> should_pivot -> the review asks,
     the model pivots back to self_audit, and next decision the strategy rotates."""
-    spec = load_agent(ROOT / "data/agents/alpha_2")
+    spec = load_agent(LOOPS / "loop_alpha")
     gw = ScriptedGateway(by_tool={CHOOSE_TOOL: [choose("pivot")], ACT_TOOL: [act("noop")]})
     policy = WorkflowPolicy(spec, gw)
     failing = [{"time_step": t, "action": "read_artifact", "success": False} for t in range(3)]
@@ -558,6 +588,7 @@ def test_alpha_2_pivots_when_stuck() -> None:
         "to_state": "self_audit",
         "trigger": "review: pivot",
         "routine": False,  # a pivot, not the loop going round
+        "reason": "why not",
     }
     assert req.action_name == "noop" and req.metadata["parse_path"] == "fallback"
     nxt = decide(

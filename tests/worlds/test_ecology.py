@@ -25,6 +25,7 @@ OBSERVATION_KEYS = [
     "tools",
     "messages",
     "balance",
+    "quotas",  # agent_ecology 599d43d3 build_prompt shows the agent's quotas (issue 13)
     "artifacts",
     "my_artifacts",
     "last_action_result",

@@ -35,7 +35,7 @@ from vivarium.engine.deciding import (
 )
 from vivarium.errors import ConfigError, RunInterrupted
 from vivarium.policies.base import AgentPolicy, BatchDecider, policy_name
-from vivarium.seeding import canonical_json, derive_seed
+from vivarium.seeding import agent_sort_key, canonical_json, derive_seed
 from vivarium.trace.db import TraceDb
 from vivarium.trace.records import GENESIS_HASH, StepRecord, encode_column, hash_record
 from vivarium.trace.schema import MAX_AGENTS_PER_STEP
@@ -127,7 +127,7 @@ class WorldEngine:
         if len(agents) > MAX_AGENTS_PER_STEP:
             raise ConfigError(f"at most {MAX_AGENTS_PER_STEP} agents per run")
         self.config = config
-        self.agent_ids = sorted(agents)
+        self.agent_ids = sorted(agents, key=agent_sort_key)  # agent_999, then agent_1000
         self.policies = [agents[a] for a in self.agent_ids]
         self.capabilities = check_policies(self.agent_ids, self.policies)
         self.world = world

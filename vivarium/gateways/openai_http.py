@@ -30,7 +30,7 @@ from vivarium.optional import require
 # Model prefixes (litellm provider names) whose servers speak OpenAI's wire format.
 OPENAI_COMPATIBLE = ("openai", "hosted_vllm")
 # Request fields after ``messages`` and ``model``, in the order litellm's openai provider sends them.
-BODY_FIELDS = ("max_tokens", "seed", "temperature", "tool_choice", "tools")
+BODY_FIELDS = ("temperature", "max_tokens", "seed", "tools", "tool_choice")  # litellm 1.110's order
 _STATUS_NAMES = {
     400: "BadRequestError",
     401: "AuthenticationError",
@@ -82,7 +82,7 @@ def wire_model(model: str, custom_llm_provider: str | None = None) -> str | None
 
 def chat_body(request: Any, model: str, extra: Mapping[str, Any] | None = None) -> bytes:
     """The JSON body of one chat completion: the fields litellm would send, in its order."""
-    body: dict[str, Any] = {"messages": request.messages, "model": model}
+    body: dict[str, Any] = {"model": model, "messages": request.messages}
     for name in BODY_FIELDS:
         value = getattr(request, name)
         if value is not None:

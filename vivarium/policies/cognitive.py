@@ -8,8 +8,16 @@ run. An outage is not the agent's doing: an infrastructure failure after the gat
 (``LLMCallError.infrastructure``) is raised as ``LLMUnavailable`` and stops the run, resumably,
 unless the run asked for fallbacks (``on_llm_error="fallback"``).
 
+A world observation (balances, artifacts, memory, ...) is shown as the prompt sections the
+workflow policy uses too (``vivarium.policies.sections``), with the ``memory_k`` memories most
+relevant to the moment: searched in a plugged ``MemoryStore`` (``memory=``, a store or a
+factory ``agent_id -> store``) or else in the observation's memory (the ecology world searches
+all of the agent's entries). A request above ``context_tokens`` (8000) loses its oldest history
+lines first (``vivarium.policies.budget``).
+
 ``ActionRequest.metadata`` carries ``parse_path`` (``tool_call``, ``json_text``, ``fallback``),
-``model``, ``finish_reason``, and when they apply ``fallback_reason`` and ``tool_call_error``.
+``model``, ``finish_reason``, and when they apply ``fallback_reason``, ``tool_call_error`` and
+``context_trimmed`` (what the context budget cut, and how many tokens).
 Nothing timing-dependent is recorded here, so traces stay byte-identical on replay.
 """
 
@@ -24,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vivarium.errors import ConfigError
 from vivarium.gateways.base import LLMResponse, stop_if_unavailable
+from vivarium.memory import StoreSource, search_memories, store_for
 from vivarium.optional import available, require
+from vivarium.policies.budget import DEFAULT_CONTEXT_TOKENS, fit_messages
 from vivarium.policies.parsing import FALLBACK_ACTION, MAX_REASON_CHARS, parse_action, truncate
 from vivarium.policies.prompting import (
     arg_models_for,
@@ -32,6 +42,13 @@ from vivarium.policies.prompting import (
     build_messages,
     default_registry,
     tool_specs_for,
+    uses_sections,
+)
+from vivarium.policies.sections import (
+    last_action_section,
+    recent_events_section,
+    recent_failures_section,
+    render_query,
 )
 from vivarium.seeding import shared_policy_seed
 from vivarium.types import ActionRequest
@@ -53,6 +70,14 @@ class CognitivePolicyConfig(BaseModel):
     force_tool: bool | str = False
     seed: int | None = None
     tools: list[str] | None = None
+    # Memory retrieval (the agent ecology's rag): how many memories (its default limit, 5; 0
+    # shows none) and the query, a ``{name}`` template over the observation (``{tick}`` too).
+    # Unset: the last action's result, recent failures and recent events, as text.
+    memory_k: int = Field(5, ge=0, le=50)
+    memory_query: str | None = None
+    working_memory_bytes: int = Field(2000, ge=16)
+    # The context budget in estimated tokens (the aam engine's 8k); None for none.
+    context_tokens: int | None = Field(DEFAULT_CONTEXT_TOKENS, ge=64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +87,7 @@ class _Plan:
     request: dict[str, Any]
     allowed: tuple[str, ...]
     arg_models: dict[str, type[BaseModel]]
+    trimmed: dict[str, Any] | None = None
 
 
 def _as_config(
@@ -90,10 +116,14 @@ class _CognitiveCore:
         registry: ActionRegistry | None = None,
         *,
         master_seed: int | None = None,
+        memory: StoreSource | None = None,
         **overrides: Any,
     ) -> None:
         self.gateway = gateway
         self.config = _as_config(config, overrides)
+        # Searched, never filled, by the policy: its contents are the caller's state (see
+        # WorkflowPolicy's ``memory`` for resume and replay).
+        self.memory = memory
         # No registry given: the channel's until the engine hands over the world's own.
         self._own_registry = registry is not None
         self.registry = registry or default_registry()
@@ -191,7 +221,10 @@ class _CognitiveCore:
             registry=self.registry,
             tools=names,
             forced=forced,
+            memories=self.recall(agent_id, observation),
+            working_memory_bytes=self.config.working_memory_bytes,
         )
+        messages, trim = fit_messages(messages, specs, self.config.context_tokens)
         request = {
             "model": self.config.model,
             "messages": messages,
@@ -201,7 +234,40 @@ class _CognitiveCore:
             "max_tokens": self.config.max_tokens,
             "seed": self.request_seed(agent_id),
         }
-        return _Plan(request, tuple(names), arg_models_for(names, self.registry))
+        trimmed = trim.as_metadata() if trim is not None else None
+        return _Plan(request, tuple(names), arg_models_for(names, self.registry), trimmed)
+
+    def memory_query(self, observation: Mapping[str, Any]) -> str:
+        """The retrieval query: ``memory_query`` filled from the observation, or its default.
+
+        The default is what just happened: the last action's result, recent failures and
+        recent events, as the prompt shows them.
+        """
+        if self.config.memory_query:
+            values = {**observation, "tick": observation.get("time_step")}
+            return render_query(self.config.memory_query, values)
+        parts = (
+            last_action_section(observation),
+            recent_failures_section(observation),
+            recent_events_section(observation),
+        )
+        return "\n".join(p for p in parts if p)
+
+    def recall(self, agent_id: str, observation: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The memories the prompt shows, best first; None when it shows no memory section.
+
+        Only world observations have one (with a memory or a plugged store, and ``memory_k``
+        above 0).
+        """
+        store = store_for(self.memory, agent_id)
+        if self.config.memory_k <= 0 or not uses_sections(observation):
+            return None
+        if store is None and "memory" not in observation:
+            return None
+        query = self.memory_query(observation)
+        return search_memories(
+            query, self.config.memory_k, store=store, observed=observation.get("memory")
+        )
 
     # -- stage 2: the model call (errors are returned, not raised) ------------------------------
     def call(self, request: dict[str, Any]) -> tuple[LLMResponse | None, str | None]:
@@ -235,19 +301,29 @@ class _CognitiveCore:
         error: str | None,
     ) -> ActionRequest:
         if response is None:
+            fallback: dict[str, Any] = {
+                "parse_path": "fallback",
+                "fallback_reason": error or "llm error: no response",
+                "model": self.config.model,
+                "finish_reason": None,
+            }
+            if plan.trimmed is not None:
+                fallback["context_trimmed"] = plan.trimmed
             return ActionRequest(
                 run_id=run_id,
                 time_step=time_step,
                 agent_id=agent_id,
                 action_name=FALLBACK_ACTION,
-                metadata={
-                    "parse_path": "fallback",
-                    "fallback_reason": error or "llm error: no response",
-                    "model": self.config.model,
-                    "finish_reason": None,
-                },
+                metadata=fallback,
             )
         parsed = parse_action(response, plan.allowed, plan.arg_models)
+        metadata = {
+            **parsed.metadata,
+            "model": self.config.model,
+            "finish_reason": response.finish_reason,
+        }
+        if plan.trimmed is not None:
+            metadata["context_trimmed"] = plan.trimmed
         return ActionRequest(
             run_id=run_id,
             time_step=time_step,
@@ -255,11 +331,7 @@ class _CognitiveCore:
             action_name=parsed.action_name,
             arguments=parsed.arguments,
             reasoning=parsed.reasoning,
-            metadata={
-                **parsed.metadata,
-                "model": self.config.model,
-                "finish_reason": response.finish_reason,
-            },
+            metadata=metadata,
         )
 
 
@@ -336,9 +408,12 @@ class CognitiveAgentPolicy(_CognitiveCore):
         registry: ActionRegistry | None = None,
         *,
         master_seed: int | None = None,
+        memory: StoreSource | None = None,
         **overrides: Any,
     ) -> None:
-        super().__init__(gateway, config, registry, master_seed=master_seed, **overrides)
+        super().__init__(
+            gateway, config, registry, master_seed=master_seed, memory=memory, **overrides
+        )
         self.graph = self._compile(self._build_node, self._call_node, self._parse_node)
         self.agraph = self._compile(self._abuild_node, self._acall_node, self._aparse_node)
 
@@ -424,8 +499,11 @@ def default_cognitive_policy(
     *,
     registry: ActionRegistry | None = None,
     master_seed: int | None = None,
+    memory: StoreSource | None = None,
     **config: Any,
 ) -> SimpleCognitivePolicy | CognitiveAgentPolicy:
     """The LangGraph policy when langgraph is installed, else the plain one (same actions)."""
     cls = CognitiveAgentPolicy if langgraph_available() else SimpleCognitivePolicy
-    return cls(gateway, {"model": model, **config}, registry, master_seed=master_seed)
+    return cls(
+        gateway, {"model": model, **config}, registry, master_seed=master_seed, memory=memory
+    )

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from vivarium.policies.sections import SECTION_SOURCES, prompt_sections
 from vivarium.worlds.registry import ActionRegistry
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -121,6 +122,28 @@ def describe_tool(name: str, registry: ActionRegistry) -> str:
     return f"- {name}({params}): {spec.description}"
 
 
+def uses_sections(observation: Mapping[str, Any]) -> bool:
+    """Whether the observation has what the prompt sections show (balances, artifacts, ...).
+
+    The channel's observation has only messages: its prompt stays the plain message list.
+    """
+    return any(key in SECTION_SOURCES and key != "messages" for key in observation)
+
+
+def section_blocks(
+    observation: Mapping[str, Any],
+    memories: Sequence[Mapping[str, Any]] | None = None,
+    working_memory_bytes: int = 2000,
+) -> list[str]:
+    """The non-empty prompt sections of a world observation, in the agent ecology's order."""
+    sections = prompt_sections(
+        observation, memories=memories, working_memory_bytes=working_memory_bytes
+    )
+    names = ("balances", "quotas", "available_artifacts", "recent_events", "relevant_memories")
+    names += ("working_memory", "last_action", "recent_failures")
+    return [sections[n] for n in names if sections[n]]
+
+
 def user_prompt(
     observation: Mapping[str, Any],
     tools: Sequence[str],
@@ -128,13 +151,28 @@ def user_prompt(
     *,
     json_hint: bool = True,
     forced: str | None = None,
+    memories: Sequence[Mapping[str, Any]] | None = None,
+    working_memory_bytes: int = 2000,
 ) -> str:
-    """Step, recent messages (oldest first) and tools, one item a line."""
+    """Step, what the agent sees, and tools, one item a line.
+
+    A world observation (balances, artifacts, ...) is shown as the prompt sections the workflow
+    policy uses too (``vivarium.policies.sections``), with ``memories`` (retrieved by the
+    caller) as its memory section, and any other state key as ``key: value``; the channel's is
+    its recent messages, oldest first.
+    """
     registry = registry or default_registry()
-    lines = [f"Current step: {observation.get('time_step')}.", "Recent messages (oldest first):"]
-    messages = observation.get("messages") or []
-    lines += [format_message(m) for m in messages] if messages else ["(no messages yet)"]
-    state = world_state_lines(observation)
+    lines = [f"Current step: {observation.get('time_step')}."]
+    if uses_sections(observation):
+        for block in section_blocks(observation, memories, working_memory_bytes):
+            lines += [block, ""]
+        rest = {k: v for k, v in observation.items() if k not in SECTION_SOURCES}
+        state = world_state_lines(rest)
+    else:
+        lines.append("Recent messages (oldest first):")
+        messages = observation.get("messages") or []
+        lines += [format_message(m) for m in messages] if messages else ["(no messages yet)"]
+        state = world_state_lines(observation)
     if state:
         lines += ["Your state:", *state]
     if forced:
@@ -158,8 +196,14 @@ def build_messages(
     registry: ActionRegistry | None = None,
     tools: Sequence[str] | None = None,
     forced: str | None = None,
+    memories: Sequence[Mapping[str, Any]] | None = None,
+    working_memory_bytes: int = 2000,
 ) -> list[dict[str, str]]:
-    """``[system, user]`` chat messages for one decision (``forced``: the one tool allowed)."""
+    """``[system, user]`` chat messages for one decision (``forced``: the one tool allowed).
+
+    ``memories``: the memories retrieved for this decision, shown in a world observation's
+    memory section (see ``user_prompt``).
+    """
     agent = agent_id if agent_id is not None else str(observation.get("agent_id", ""))
     names = list(tools) if tools is not None else available_tools(observation)
     world_state = any(key not in BASE_OBSERVATION_KEYS for key in observation)
@@ -168,5 +212,15 @@ def build_messages(
             "role": "system",
             "content": system_prompt_for(agent, system_prompt, world_state=world_state),
         },
-        {"role": "user", "content": user_prompt(observation, names, registry, forced=forced)},
+        {
+            "role": "user",
+            "content": user_prompt(
+                observation,
+                names,
+                registry,
+                forced=forced,
+                memories=memories,
+                working_memory_bytes=working_memory_bytes,
+            ),
+        },
     ]

@@ -1,7 +1,8 @@
 """Random agents: the baseline every study starts from, and the engine's speed benchmark.
 
 ``RandomAgentPolicy`` is exactly the seed algorithm: ``action = rng.choice(action_space)``, and
-for ``emit_event`` the arguments ``{"value": rng.randint(0, 1_000_000), "seen_time_step": t}``.
+for ``emit_event`` the arguments ``{"value": rng.randint(0, 1_000_000), "seen_time_step": t}``;
+every decision's metadata is ``{"policy": "RandomAgentPolicy"}``, as the aam engine records it.
 
 ``RandomBatch`` makes the same decisions for many agents at once with numpy: each agent's
 ``random.Random`` state is copied into a numpy ``MT19937``, whose raw 32-bit words are the same
@@ -14,12 +15,13 @@ each step's decisions as stored columns, the ``emit_event`` arguments written as
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from vivarium.seeding import CountingRandom
+from vivarium.seeding import CountingRandom, canonical_json
 from vivarium.types import ActionRequest
 from vivarium.worlds.base import BatchDecisions
 
@@ -28,6 +30,10 @@ if TYPE_CHECKING:
 
 DEFAULT_ACTION_SPACE = ("noop", "emit_event")
 EVENT_VALUE_MAX = 1_000_000
+# What every decision records about its maker, as the original aam engine's random agents do.
+POLICY_METADATA = {"policy": "RandomAgentPolicy"}
+# That metadata as one stored row of the metadata column (a JSON string of canonical JSON).
+_METADATA_ITEM = json.dumps(canonical_json(POLICY_METADATA))
 
 
 class RandomAgentPolicy:
@@ -118,7 +124,7 @@ class RandomAgentPolicy:
             action_name=action,
             arguments=arguments,
             reasoning=None,
-            metadata={},
+            metadata=dict(POLICY_METADATA),
         )
 
     @classmethod
@@ -332,6 +338,7 @@ class RandomBatch:
         self._consumed = np.zeros(n, dtype=np.int64)
         self._start_words = [p.words_drawn() for p in self.policies]
         self._flat = self._buf.reshape(-1)
+        self._metadata: tuple[int, str] | None = None
 
     @classmethod
     def supports(cls, policies: Sequence[object], world_actions: frozenset[str]) -> bool:
@@ -406,7 +413,14 @@ class RandomBatch:
             arguments=_event_arguments_json(values, emitting, time_step)
             if emitting.any()
             else None,
+            metadata=self._metadata_column(len(codes)),
         )
+
+    def _metadata_column(self, rows: int) -> str:
+        """The stored metadata column: ``POLICY_METADATA`` on every row (built once per size)."""
+        if self._metadata is None or self._metadata[0] != rows:
+            self._metadata = (rows, "[" + ",".join([_METADATA_ITEM] * rows) + "]")
+        return self._metadata[1]
 
     def decide(self) -> tuple[np.ndarray, np.ndarray]:
         """One step for every agent: (action code per agent, event value or -1)."""

@@ -13,12 +13,21 @@ The modules, each one concept:
 - ``expressions``: the interpreter of expressions (``evaluate``);
 - ``statements``: code blocks on the same interpreter (``execute``).
 
+Text reads its names directly (``balance``) or through ``context``, a mapping view of the names in
+scope as the agent ecology's code steps use it: ``context.get('x', 0)``, ``context['x']``,
+``'x' in context``, ``keys()``/``values()``/``items()``, and ``context['x'] = v``, which is
+``x = v`` (``execute`` returns it as the assigned name ``x``). Nothing else of it is open.
+
 Example:
     >>> from vivarium import sandbox
     >>> sandbox.evaluate("balance > 10 and tick % 5 == 0", {"balance": 12, "tick": 10})
     True
     >>> sandbox.execute("streak = streak + 1 if ok else 0", {"streak": 2, "ok": True})
     {'streak': 3}
+    >>> sandbox.execute("context['seen'] = context.get('seen', 0) + 1", {})
+    {'seen': 1}
+    >>> sandbox.evaluate("len({f['kind'] for f in fails[-3:]}) == 1", {"fails": [{"kind": "a"}]})
+    True
 """
 
 from __future__ import annotations

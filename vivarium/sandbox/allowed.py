@@ -14,10 +14,17 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
-# ``context`` reads the mapping of every name in scope: ``context.get('x', 0)`` is ``x`` when it
-# is defined and 0 when not, ``context['x']`` is ``x``. It is read-only: assigning it, or an item
-# of it, is refused (assign the name itself).
+# ``context`` is a mapping view of the names in scope (the caller's, then those the code assigned):
+# ``context.get('x', 0)`` is ``x`` when it is defined and 0 when not, ``context['x']`` is ``x``
+# (an unknown name when it is not), ``'x' in context`` tells which, and ``context['x'] = v`` is
+# ``x = v``. Those and ``keys()``, ``values()``, ``items()`` are all it offers: it is never a value
+# itself, so nothing reaches the caller's mapping or any Python object through it.
 SCOPE_NAME = "context"
+SCOPE_METHODS = frozenset({"get", "keys", "values", "items"})
+SCOPE_USES = (
+    f"{SCOPE_NAME!r} can only be used as {SCOPE_NAME}['x'], {SCOPE_NAME}.get('x', default), "
+    f"'x' in {SCOPE_NAME}, {SCOPE_NAME}.keys()/values()/items() or {SCOPE_NAME}['x'] = value"
+)
 
 # Values expressions can see and make: JSON-like data plus tuples and sets made by displays.
 VALUE_TYPES = frozenset({type(None), bool, int, float, str, list, tuple, dict, set})
@@ -77,11 +84,33 @@ def _round(number: Any, ndigits: Any = None) -> Any:
     return round(number) if ndigits is None else round(number, ndigits)
 
 
+def in_order(items: Any) -> Any:
+    """``items`` to iterate: a set in its fixed order (``ordered``), anything else as it is."""
+    return ordered(items) if type(items) is set else items
+
+
+def _set(items: Iterable = ()) -> set:
+    return set(items)
+
+
+def _list(items: Iterable = ()) -> list:
+    # list(a_set) follows hash order in Python, which varies between runs: sorted here.
+    return list(in_order(items))
+
+
+def _tuple(items: Iterable = ()) -> tuple:
+    return tuple(in_order(items))
+
+
+def _dict(items: Any = ()) -> dict:
+    return dict(in_order(items))
+
+
 def _sum(items: Iterable, start: Any = 0) -> Any:
     # A numeric start keeps sum() from concatenating lists or strings (quadratic work).
     if type(start) not in (int, float, bool):
         raise TypeError("sum() only adds numbers")
-    return sum(ordered(items) if type(items) is set else items, start)
+    return sum(in_order(items), start)
 
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -89,15 +118,19 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "all": all,
     "any": any,
     "bool": bool,
+    "dict": _dict,
     "float": float,
     "int": int,
     "len": len,
+    "list": _list,
     "max": max,
     "min": min,
     "round": _round,
+    "set": _set,
     "sorted": sorted,
     "str": safe_str,
     "sum": _sum,
+    "tuple": _tuple,
 }
 KEYWORDS = frozenset({"reverse", "default", "ndigits", "base", "start", "sep", "maxsplit"})
 # Functions and methods whose result is an existing element: type-checked, not size-checked.

@@ -12,6 +12,7 @@ import functools
 import re
 import threading
 import warnings
+from keyword import iskeyword
 from typing import Any, Literal
 
 from vivarium.errors import ConfigError, squash
@@ -21,12 +22,23 @@ from vivarium.sandbox.allowed import (
     FUNCTIONS,
     KEYWORDS,
     METHOD_NAMES,
+    SCOPE_METHODS,
     SCOPE_NAME,
+    SCOPE_USES,
     UNARY_OPS,
 )
 from vivarium.sandbox.limits import DEFAULT_LIMITS, Limits, UnsafeExpression
 
-__all__ = ["check", "compiled", "is_expression", "names_read", "prepare"]
+__all__ = [
+    "COMPREHENSIONS",
+    "check",
+    "compiled",
+    "is_expression",
+    "is_scope",
+    "names_read",
+    "prepare",
+    "scope_key",
+]
 
 _MAX_FORMAT_FIELD = 100  # largest width / precision in an f-string format spec
 
@@ -57,10 +69,6 @@ _PLAIN_NODES = frozenset(
 )
 _REFUSALS: dict[type, str] = {
     ast.Lambda: "lambda is not allowed",
-    ast.ListComp: "comprehensions are not allowed",
-    ast.SetComp: "comprehensions are not allowed",
-    ast.DictComp: "comprehensions are not allowed",
-    ast.GeneratorExp: "generator expressions are not allowed",
     ast.NamedExpr: "assignment expression ':=' is not allowed",
     ast.Starred: "starred expressions are not allowed",
     ast.Yield: "yield is not allowed",
@@ -90,6 +98,9 @@ _REFUSALS: dict[type, str] = {
     ast.AnnAssign: "annotated assignment is not allowed",
     ast.MatMult: "operator '@' is not allowed",
 }
+# Comprehensions run over a value's items (bounded like everything else); a generator expression
+# is computed at once, as a list.
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _FORMAT_SPEC = re.compile(
     r"(?:.?[<>=^])?[+\- ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?",
     re.DOTALL,
@@ -109,8 +120,40 @@ def _refuse_target(name: str) -> None:
     _refuse_name(name)
     if name == SCOPE_NAME:
         raise UnsafeExpression(
-            f"{SCOPE_NAME!r} cannot be assigned (it reads the names in scope; assign a name)"
+            f"{SCOPE_NAME!r} cannot be assigned (it is the view of the names in scope; "
+            f"write x = value or {SCOPE_NAME}['x'] = value)"
         )
+
+
+def is_scope(node: ast.AST) -> bool:
+    """Whether ``node`` is the name ``context`` (the view of the names in scope)."""
+    return type(node) is ast.Name and node.id == SCOPE_NAME
+
+
+def scope_key(node: ast.Subscript) -> str | None:
+    """``'x'`` for ``context['x']`` (a quoted key), None for any other subscript."""
+    key = node.slice
+    if is_scope(node.value) and type(key) is ast.Constant and type(key.value) is str:
+        return key.value
+    return None
+
+
+def _validate_scope_key(node: ast.Subscript) -> None:
+    """``context[k] = v`` binds the name ``k``: it must be a quoted name a plain ``=`` could bind."""
+    key = scope_key(node)
+    if key is None:
+        raise UnsafeExpression(
+            f"{SCOPE_NAME}[...] = value needs a quoted name as the key, "
+            f"like {SCOPE_NAME}['x'] = value"
+        )
+    if not key.isidentifier() or iskeyword(key):
+        raise UnsafeExpression(f"{SCOPE_NAME}[{short_key(key)}] = value: not a valid name")
+    _refuse_target(key)
+
+
+def short_key(key: str) -> str:
+    """A key for an error message, clipped so the message stays one short line."""
+    return repr(squash(key, 40))
 
 
 def _validate(node: ast.AST, limits: Limits) -> None:
@@ -124,7 +167,20 @@ def _validate(node: ast.AST, limits: Limits) -> None:
             raise UnsafeExpression(f"method {node.attr!r} can only be called, not used as a value")
         raise UnsafeExpression(f"attribute {node.attr!r} is not allowed")
     if kind is ast.Name:
+        if node.id == SCOPE_NAME:
+            raise UnsafeExpression(SCOPE_USES)
         _refuse_name(node.id)
+    elif kind is ast.Subscript and is_scope(node.value):
+        if type(node.slice) is ast.Slice:
+            raise UnsafeExpression(SCOPE_USES)
+        _validate(node.slice, limits)
+        return
+    elif kind is ast.Compare:
+        _validate_compare(node, limits)
+        return
+    elif kind in COMPREHENSIONS:
+        _validate_comprehension(node, limits)
+        return
     elif kind is ast.Constant:
         _validate_constant(node.value, limits)
     elif kind is ast.Dict:
@@ -146,6 +202,44 @@ def _validate(node: ast.AST, limits: Limits) -> None:
         raise UnsafeExpression(_REFUSALS.get(kind) or f"{kind.__name__} is not allowed")
     for child in ast.iter_child_nodes(node):
         _validate(child, limits)
+
+
+def _validate_compare(node: ast.Compare, limits: Limits) -> None:
+    """A comparison chain; ``'x' in context`` is allowed as its last comparison."""
+    _validate(node.left, limits)
+    last = len(node.comparators) - 1
+    for i, (op, part) in enumerate(zip(node.ops, node.comparators, strict=True)):
+        if is_scope(part) and i == last and type(op) in (ast.In, ast.NotIn):
+            continue
+        _validate(part, limits)
+
+
+def _validate_comprehension(node: ast.AST, limits: Limits) -> None:
+    """``[e for a in items if c]`` and the set, dict and generator forms: names as targets."""
+    for generator in node.generators:
+        if generator.is_async:
+            raise UnsafeExpression("async comprehensions are not allowed")
+        _validate_loop_target(generator.target)
+        _validate(generator.iter, limits)
+        for condition in generator.ifs:
+            _validate(condition, limits)
+    parts = [node.key, node.value] if type(node) is ast.DictComp else [node.elt]
+    for part in parts:
+        _validate(part, limits)
+
+
+def _validate_loop_target(target: ast.AST) -> None:
+    kind = type(target)
+    if kind is ast.Name:
+        _refuse_target(target.id)
+    elif kind in (ast.Tuple, ast.List):
+        for element in target.elts:
+            _validate_loop_target(element)
+    else:
+        raise UnsafeExpression(
+            f"comprehension target {_snippet(target)} is not allowed "
+            "(use names, like [a for a in items] or [k for k, v in pairs])"
+        )
 
 
 def _is_text(node: ast.AST) -> bool:
@@ -186,9 +280,13 @@ def _validate_call(node: ast.Call, limits: Limits) -> None:
     elif type(func) is ast.Attribute:
         if func.attr.startswith("_"):
             raise UnsafeExpression(f"attribute {func.attr!r} is not allowed")
-        if func.attr not in METHOD_NAMES:
+        if is_scope(func.value):
+            if func.attr not in SCOPE_METHODS:
+                raise UnsafeExpression(SCOPE_USES)
+        elif func.attr not in METHOD_NAMES:
             raise UnsafeExpression(f"method {func.attr!r} is not allowed")
-        _validate(func.value, limits)
+        else:
+            _validate(func.value, limits)
     else:
         _validate(func, limits)  # a lambda or attribute inside gets its own message first
         raise UnsafeExpression(f"call of {_snippet(func)} is not allowed")
@@ -212,15 +310,19 @@ def _validate_target(target: ast.AST, limits: Limits) -> None:
         for element in target.elts:
             _validate_target(element, limits)
     elif kind is ast.Subscript:
-        base = target
+        base: ast.AST = target
+        innermost = target
         while type(base) is ast.Subscript:
             if type(base.slice) is ast.Slice:
                 raise UnsafeExpression("slice assignment is not allowed")
             _validate(base.slice, limits)
-            base = base.value
+            innermost, base = base, base.value
         if type(base) is not ast.Name:
             raise UnsafeExpression("item assignment is only allowed on a name, like d['k'] = v")
-        _refuse_target(base.id)
+        if base.id == SCOPE_NAME:  # context['x'] = v is x = v; context['x'][k] = v is x[k] = v
+            _validate_scope_key(innermost)
+        else:
+            _refuse_target(base.id)
     elif kind is ast.Starred:
         raise UnsafeExpression("starred assignment is not allowed")
     elif kind is ast.Attribute:
@@ -355,22 +457,52 @@ def check(
 def names_read(source: str, mode: Literal["eval", "exec"] = "eval") -> set[str]:
     """The names ``source`` reads from its context; run nothing.
 
-    ``x`` in ``y = x + 1`` and in ``x += 1``; functions called and ``context`` aside. Loaders
-    compare these with the names the context will hold, so an unknown name is refused when the
-    text is loaded, not at every evaluation.
+    ``x`` in ``y = x + 1``, in ``x += 1`` and in ``context['x']`` (each fails when ``x`` is not
+    defined); not ``context.get('x', 0)`` nor ``'x' in context`` (they are how text reads a name
+    that may be missing), not functions called, not a comprehension's own names. Loaders compare
+    these with the names the context will hold, so an unknown name is refused when the text is
+    loaded, not at every evaluation.
 
     Raises:
         UnsafeExpression: ``source`` is refused (check the text first with ``check``).
     """
     tree, _limits = prepare(source, mode, None)
-    called = {
-        id(node.func) for node in ast.walk(tree) if type(node) is ast.Call
-    }  # ``len`` in ``len(x)`` is a function, not a name read
-    names = set()
-    for node in ast.walk(tree):
-        if type(node) is ast.Name and type(node.ctx) is ast.Load and id(node) not in called:
-            names.add(node.id)
-        elif type(node) is ast.AugAssign and type(node.target) is ast.Name:
-            names.add(node.target.id)
+    names: set[str] = set()
+    _collect_reads(tree, frozenset(), names)
     names.discard(SCOPE_NAME)
     return names
+
+
+def _collect_reads(node: ast.AST, bound: frozenset[str], out: set[str]) -> None:
+    """Add to ``out`` the names ``node`` reads; ``bound``: comprehension names in scope."""
+    kind = type(node)
+    if kind is ast.Name:
+        if type(node.ctx) is ast.Load and node.id not in bound:
+            out.add(node.id)
+        return
+    if kind is ast.Call and type(node.func) is ast.Name:  # ``len`` in ``len(x)`` is no name read
+        for child in [*node.args, *(k.value for k in node.keywords)]:
+            _collect_reads(child, bound, out)
+        return
+    if kind in COMPREHENSIONS:
+        inner = set(bound)
+        for generator in node.generators:  # each iterable sees the targets before it
+            _collect_reads(generator.iter, frozenset(inner), out)
+            inner |= {n.id for n in ast.walk(generator.target) if type(n) is ast.Name}
+            for condition in generator.ifs:
+                _collect_reads(condition, frozenset(inner), out)
+        for part in [node.key, node.value] if kind is ast.DictComp else [node.elt]:
+            _collect_reads(part, frozenset(inner), out)
+        return
+    if kind is ast.Subscript and type(node.ctx) is ast.Load:
+        key = scope_key(node)
+        if key is not None:
+            out.add(key)
+    elif kind is ast.AugAssign:  # ``x += 1`` and ``context['x'] += 1`` read x
+        target = node.target
+        if type(target) is ast.Name:
+            out.add(target.id)
+        elif type(target) is ast.Subscript and scope_key(target) is not None:
+            out.add(scope_key(target))  # type: ignore[arg-type]
+    for child in ast.iter_child_nodes(node):
+        _collect_reads(child, bound, out)

@@ -23,6 +23,7 @@ from vivarium.sandbox.allowed import (
     PASS_THROUGH,
     SCALARS,
     SCOPE_NAME,
+    SCOPE_USES,
     UNARY_OPS,
     VALUE_TYPES,
     ordered,
@@ -30,7 +31,7 @@ from vivarium.sandbox.allowed import (
     safe_str,
     short,
 )
-from vivarium.sandbox.checker import prepare
+from vivarium.sandbox.checker import is_scope, prepare
 from vivarium.sandbox.limits import EvaluationError, Limits, UnsafeExpression
 
 __all__ = ["Evaluator", "evaluate", "guarded"]
@@ -54,16 +55,19 @@ class Evaluator:
         context: The caller's names (read-only).
         limits: The bounds of this evaluation.
         names: What statements assigned so far (read before ``context``).
+        scopes: The names of the comprehensions being run, innermost last (read before
+            ``names``; never part of ``names`` nor of the ``context`` view).
         steps: The work done so far, in steps.
     """
 
-    __slots__ = ("context", "limits", "names", "steps")
+    __slots__ = ("context", "limits", "names", "scopes", "steps")
 
     def __init__(self, context: Mapping[str, Any], limits: Limits) -> None:
         """Start an evaluation over ``context`` within ``limits``."""
         self.context = context
         self.limits = limits
         self.names: dict[str, Any] = {}  # what execute assigned
+        self.scopes: list[dict[str, Any]] = []
         self.steps = 0
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -154,25 +158,61 @@ class Evaluator:
         return node.value
 
     def name(self, node: ast.Name) -> Any:
-        """A name: one assigned so far, ``context``, or one of the caller's."""
-        if node.id in self.names:
-            return self.names[node.id]
-        if node.id == SCOPE_NAME:
-            return self.scope()
-        if node.id not in self.context:  # `in` first: a defaultdict must not grow
-            raise EvaluationError(f"unknown name {node.id!r}")
-        return self.admit(self.context[node.id], f"name {node.id!r}")
+        """A name: a comprehension's, one assigned so far, or one of the caller's."""
+        key = node.id
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return self.variable(key)
 
-    def scope(self) -> dict[str, Any]:
-        """``context``: the caller's names, then those assigned so far.
+    def variable(self, key: str) -> Any:
+        """A name of the step: one assigned so far, else one of the caller's."""
+        if key in self.names:
+            return self.names[key]
+        if key == SCOPE_NAME:  # the checker allows ``context`` only where the view handles it
+            raise UnsafeExpression(SCOPE_USES)
+        if key not in self.context:  # `in` first: a defaultdict must not grow
+            raise EvaluationError(f"unknown name {key!r}")
+        return self.admit(self.context[key], f"name {key!r}")
 
-        A fresh dict each time, so nothing the text does reaches the caller's mapping. Values are
-        type-checked when read out of it, like any item.
-        """
+    # -- ``context``: a read-only view of the step's names (writes are in ``statements``) -------
+
+    def has_name(self, key: Any) -> bool:
+        """``key in context``: whether the step has a name ``key`` (assigned, or the caller's)."""
+        if type(key) is not str or key == SCOPE_NAME:
+            return False
+        return key in self.names or key in self.context
+
+    def scope_item(self, key: Any) -> Any:
+        """``context[key]``: the name's value; a missing name fails as an unknown name."""
+        if not self.has_name(key):
+            raise EvaluationError(
+                f"unknown name {short(key)} (use {SCOPE_NAME}.get({short(key)}, default) "
+                "for a name that may be missing)"
+            )
+        return self.variable(key)
+
+    def scope_keys(self) -> list[str]:
+        """The step's names: the caller's in their order, then those assigned since."""
         self.charge(len(self.context) + len(self.names))
-        merged = {k: v for k, v in self.context.items() if type(k) is str and k != SCOPE_NAME}
-        merged.update(self.names)
-        return merged
+        merged = dict.fromkeys(k for k in self.context if type(k) is str and k != SCOPE_NAME)
+        merged.update(dict.fromkeys(self.names))
+        return list(merged)
+
+    def scope_call(self, method: str, args: list, kwargs: dict) -> Any:
+        """``context.get/keys/values/items``, as a dict's (``keys`` etc. give lists)."""
+        if kwargs or len(args) > (2 if method == "get" else 0) or (method == "get" and not args):
+            usage = "a name and an optional default" if method == "get" else "no arguments"
+            raise EvaluationError(f"{SCOPE_NAME}.{method}() takes {usage}")
+        if method == "get":
+            key = args[0]
+            return self.variable(key) if self.has_name(key) else (args[1:] or [None])[0]
+        keys = self.scope_keys()
+        if method == "keys":
+            return self.checked(keys)
+        if method == "values":
+            return self.checked([self.variable(k) for k in keys])
+        return self.checked([(k, self.variable(k)) for k in keys])
 
     def binop(self, node: ast.BinOp) -> Any:
         """``a + b`` and the other binary operators."""
@@ -231,9 +271,11 @@ class Evaluator:
         return value
 
     def compare(self, node: ast.Compare) -> bool:
-        """A comparison chain, ``a < b <= c``."""
+        """A comparison chain, ``a < b <= c``; ``'x' in context`` (last in its chain)."""
         left = self.eval(node.left)
         for op, part in zip(node.ops, node.comparators, strict=True):
+            if is_scope(part):
+                return self.has_name(left) is (type(op) is ast.In)
             right = self.eval(part)
             if type(op) in (ast.In, ast.NotIn):
                 self.charge(_cost(right))
@@ -247,7 +289,9 @@ class Evaluator:
         return self.eval(node.body if self.eval(node.test) else node.orelse)
 
     def subscript(self, node: ast.Subscript) -> Any:
-        """``x[i]`` and ``x[a:b:c]``."""
+        """``x[i]`` and ``x[a:b:c]``; ``context['x']``."""
+        if is_scope(node.value):
+            return self.scope_item(self.eval(node.slice))
         container = self.eval(node.value)
         index = node.slice
         if type(index) is ast.Slice:
@@ -274,6 +318,70 @@ class Evaluator:
         """A dict display."""
         pairs = zip(node.keys, node.values, strict=True)
         return self.checked({self.eval(key): self.eval(value) for key, value in pairs})
+
+    def comprehension(self, node: ast.ListComp | ast.SetComp | ast.DictComp) -> Any:
+        """``[e for a in items if c]`` and its set and dict forms; a generator gives a list.
+
+        The first iterable is read in the enclosing scope, the rest in the comprehension's own,
+        whose names are gone when it ends, as in Python. Every item is one step, and the result is
+        bounded like any value.
+        """
+        kind = type(node)
+        out: Any = {} if kind is ast.DictComp else set() if kind is ast.SetComp else []
+        first = self.items_of(self.eval(node.generators[0].iter))
+        self.scopes.append({})
+        try:
+            self.generate(node, 0, first, out)
+        finally:
+            self.scopes.pop()
+        return self.checked(out)
+
+    def generate(self, node: Any, level: int, items: Any, out: Any) -> None:
+        """Run generator ``level`` of a comprehension over ``items``, emitting into ``out``."""
+        generator, scope = node.generators[level], self.scopes[-1]
+        last = level + 1 == len(node.generators)
+        for item in items:
+            self.charge(1)
+            self.bind(generator.target, self.admit(item, "item"), scope)
+            if not all(self.eval(condition) for condition in generator.ifs):
+                continue
+            if not last:
+                following = node.generators[level + 1].iter
+                self.generate(node, level + 1, self.items_of(self.eval(following)), out)
+            elif type(node) is ast.DictComp:
+                key = self.eval(node.key)
+                out[key] = self.eval(node.value)
+            elif type(out) is set:
+                out.add(self.eval(node.elt))
+            else:
+                out.append(self.eval(node.elt))
+            if len(out) > self.limits.max_collection_len:
+                self.check_len(out)
+
+    def items_of(self, value: Any) -> Any:
+        """What a comprehension iterates: a dict's keys, a set's items in its fixed order."""
+        kind = type(value)
+        if kind in (list, tuple, str):
+            return value
+        if kind is dict:
+            return list(value)
+        if kind is set:
+            return ordered(value)
+        raise EvaluationError(f"cannot iterate over a {kind.__name__!r}")
+
+    def bind(self, target: ast.AST, value: Any, scope: dict[str, Any]) -> None:
+        """Bind a comprehension target (a name, or a tuple of them) in ``scope``."""
+        if type(target) is ast.Name:
+            scope[target.id] = value
+            return
+        if type(value) not in (list, tuple):
+            raise EvaluationError(f"cannot unpack a {type(value).__name__!r}")
+        if len(value) != len(target.elts):
+            raise EvaluationError(
+                f"cannot unpack {len(value)} values into {len(target.elts)} targets"
+            )
+        for element, item in zip(target.elts, value, strict=True):
+            self.bind(element, self.admit(item, "item"), scope)
 
     def joinedstr(self, node: ast.JoinedStr) -> str:
         """An f-string, bounded in length as it is built."""
@@ -302,6 +410,10 @@ class Evaluator:
     def call(self, node: ast.Call) -> Any:
         """A call of an allowed function or method (see ``vivarium.sandbox.allowed``)."""
         func = node.func
+        if type(func) is ast.Attribute and is_scope(func.value):
+            args = [self.eval(arg) for arg in node.args]
+            kwargs = {keyword.arg: self.eval(keyword.value) for keyword in node.keywords}
+            return self.scope_call(func.attr, args, kwargs)
         if type(func) is ast.Name:
             name, receiver = func.id, None
             function = FUNCTIONS[name]
@@ -358,6 +470,10 @@ _EVAL: dict[type, Callable[[Evaluator, Any], Any]] = {
     ast.Tuple: Evaluator.tuple_,
     ast.Set: Evaluator.set_,
     ast.Dict: Evaluator.dict_,
+    ast.ListComp: Evaluator.comprehension,
+    ast.SetComp: Evaluator.comprehension,
+    ast.DictComp: Evaluator.comprehension,
+    ast.GeneratorExp: Evaluator.comprehension,
     ast.JoinedStr: Evaluator.joinedstr,
     ast.FormattedValue: Evaluator.formattedvalue,
     ast.Call: Evaluator.call,

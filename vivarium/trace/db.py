@@ -27,6 +27,7 @@ from vivarium.trace.schema import (
     STEPS,
     TRANSITIONS,
     Table,
+    aam_compat_ddl,
 )
 from vivarium.types import RunMetadata
 
@@ -254,6 +255,23 @@ class _Writer(threading.Thread):
         con.close()
 
 
+def _add_aam_compat(con: sqlite3.Connection, run_id: str | None = None) -> None:
+    """Give the trace the original aam engine's ``trace`` view and ``messages`` columns.
+
+    Added with the run record, since the messages' ``run_id`` column holds the run's id (None:
+    the one the file records); a trace that has them already is left exactly as it is.
+    """
+    if run_id is None:
+        row = con.execute("SELECT run_id FROM runs").fetchone()
+        if row is None:
+            return
+        run_id = str(row[0])
+    columns = {row[1] for row in con.execute("PRAGMA table_xinfo(messages)")}
+    views = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'view'")}
+    for statement in aam_compat_ddl(run_id, columns, views):
+        con.execute(statement)
+
+
 def _truncate(con: sqlite3.Connection, step: int) -> None:
     """Drop every row after ``step`` and mark the run running again (inside a transaction)."""
     for table in ("steps", "messages", "llm_calls", "transitions", "checkpoints"):
@@ -361,6 +379,8 @@ class TraceDb:
         """
         trace = cls(path, _resume=True)
         trace._resume_from = from_step
+        # A trace written before the original aam engine's columns existed gains them here.
+        trace._deferred.append(_add_aam_compat)
         return trace
 
     # -- writing ------------------------------------------------------------------------------
@@ -418,6 +438,7 @@ class TraceDb:
                 ),
             )
             con.executemany("INSERT OR REPLACE INTO agents VALUES (?, ?, ?, ?)", agent_rows)
+            _add_aam_compat(con, meta.run_id)
 
         if self._resume_from is not None:
             self._deferred.append(rows)

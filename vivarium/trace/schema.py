@@ -10,6 +10,9 @@ agents, in commit order (NULL when every value in it is null). A single insert p
 a 1,000-agent step at one B-tree insert instead of a thousand, and the ``actions`` view turns
 the arrays back into one row per decision for anyone who queries the file with SQL.
 
+SQL written for the original aam engine runs unchanged: its ``trace`` table is a view here, and
+its ``messages`` columns sit beside ours as virtual generated columns (``aam_compat_ddl``).
+
 ``PRAGMA application_id`` marks the file as a Vivarium trace and ``PRAGMA user_version`` carries
 the schema version, so both checks cost one page read and need no table to exist.
 """
@@ -264,6 +267,123 @@ def actions_view_ddl() -> str:
     )
 
 
+# -- the original aam engine's tables, for SQL written against its traces ---------------------
+# Its ``trace`` table (one row per action) is a view over ``actions``; its ``messages`` columns
+# are added to ours as virtual generated columns, which take no space in the file (a view cannot
+# share the table's name). Both are added when the run is recorded (``aam_compat_ddl``): the
+# run id is part of the messages columns.
+
+AAM_MESSAGE_COLUMNS = (
+    Column(
+        "message_id",
+        "TEXT GENERATED ALWAYS AS (CAST(id AS TEXT)) VIRTUAL",
+        None,
+        "The row id as text (the original: a UUID).",
+    ),
+    Column(
+        "run_id",
+        "TEXT GENERATED ALWAYS AS ({run_id}) VIRTUAL",
+        None,
+        "The run's id (the file holds one run).",
+    ),
+    Column("time_step", "INTEGER GENERATED ALWAYS AS (step) VIRTUAL", None, "The step."),
+    Column(
+        "created_at",
+        # No declared type: SQLite would hand a REAL-affinity 2.0 back as the integer 2 once sorted.
+        "GENERATED ALWAYS AS (step + seq / 1000.0) VIRTUAL",
+        None,
+        "The original's logical timestamp (REAL): step + seq / 1000 (seq: order in the step).",
+    ),
+)
+
+AAM_TRACE_COLUMNS = (
+    "trace_id",
+    "run_id",
+    "time_step",
+    "agent_id",
+    "action_type",
+    "info_json",
+    "outcome_json",
+    "created_at",
+    "environment_state_hash",
+)
+"""The original's ``trace`` table columns, in its order (the ``trace`` view has them)."""
+
+
+def _json_or_text(value: str, default: str = "NULL") -> str:
+    """SQL embedding a stored JSON text in ``json_object`` (text that is not JSON stays text)."""
+    return (
+        f"CASE WHEN {value} IS NULL THEN {default} "
+        f"WHEN json_valid({value}) THEN json({value}) ELSE {value} END"
+    )
+
+
+def trace_view_ddl() -> str:
+    """The ``CREATE VIEW trace`` statement: the original's trace table, one row per decision.
+
+    ``info_json`` is the request and ``outcome_json`` the result as the original recorded them
+    (keys sorted, no spaces); ``created_at`` is its deterministic timestamp, step + index in
+    the commit order / 1000; ``environment_state_hash`` the step's state hash.
+    """
+    empty = "json('{}')"  # the original's default arguments and metadata
+    info = ",\n".join(
+        [
+            "        'action_name', a.action",
+            "        'agent_id', a.agent_id",
+            f"        'arguments', {_json_or_text('a.arguments', empty)}",
+            f"        'metadata', {_json_or_text('a.metadata', empty)}",
+            "        'reasoning', a.reasoning",
+            "        'run_id', r.run_id",
+            "        'time_step', a.step",
+        ]
+    )
+    outcome = ",\n".join(
+        [
+            f"        'data', {_json_or_text('a.result')}",
+            "        'error', a.error",
+            "        'success', json(CASE WHEN a.success THEN 'true' ELSE 'false' END)",
+            "        'trace_id', CAST(a.id AS TEXT)",
+        ]
+    )
+    return (
+        "CREATE VIEW trace AS\nSELECT\n"
+        "    CAST(a.id AS TEXT) AS trace_id,\n"
+        "    r.run_id AS run_id,\n"
+        "    a.step AS time_step,\n"
+        "    a.agent_id AS agent_id,\n"
+        "    a.action AS action_type,\n"
+        f"    json_object(\n{info}\n    ) AS info_json,\n"
+        f"    json_object(\n{outcome}\n    ) AS outcome_json,\n"
+        "    a.step + a.seq / 1000.0 AS created_at,\n"
+        "    s.state_hash AS environment_state_hash\n"
+        "FROM actions AS a\n"
+        "JOIN steps AS s ON s.step = a.step\n"
+        "CROSS JOIN runs AS r;"
+    )
+
+
+def aam_compat_ddl(run_id: str, message_columns: set[str], views: set[str]) -> list[str]:
+    """The statements that give a trace the original's ``trace`` and ``messages`` columns.
+
+    Args:
+        run_id: The run's id (written into the messages' ``run_id`` column).
+        message_columns: The columns ``messages`` has already (``PRAGMA table_xinfo``).
+        views: The views the file has already.
+
+    Returns:
+        What is missing (nothing for a trace that has them: a resume adds them once).
+    """
+    quoted = "'" + run_id.replace("'", "''") + "'"
+    statements = [
+        f"ALTER TABLE messages ADD COLUMN {c.name} {c.sql.format(run_id=quoted)}"
+        for c in AAM_MESSAGE_COLUMNS
+        if c.name not in message_columns
+    ]
+    if "trace" not in views:
+        statements.append(trace_view_ddl())
+    return statements
+
+
 # The tables in the order the DDL creates them (the actions view comes after steps).
 SCHEMA: tuple[Table, ...] = (
     META,
@@ -299,7 +419,10 @@ TABLES = (
     "transitions",
     "checkpoints",
 )
-"""The tables (and the ``actions`` view) a user queries with SQL; ``meta`` is the trace's own."""
+"""The tables (and the ``actions`` view) a user queries with SQL; ``meta`` is the trace's own.
+
+SQL written for the original aam engine also finds its ``trace`` view and ``messages`` columns
+(``aam_compat_ddl``)."""
 
 FRAME_NAMES = ("actions", "messages", "llm_calls", "transitions", "steps", "agents")
 """The trace tables that read as frames (``Run.frame(name)``)."""

@@ -5,11 +5,17 @@ steps run in each state (LLM calls, safe-eval code, LLM-chosen transitions), plu
 components injected into named steps. ``load_agent`` checks the whole folder up front: a typo in a
 state name, an unknown key or code the safe evaluator refuses is one ``ConfigError`` line naming
 the file and the field, before any run starts, never a surprise at step 300.
+
+Folders written for the agent ecology (agent_ecology2 at 599d43d3) load as written: each model
+below also reads that project's spellings and shapes (``state_machine``, ``error_handling``,
+``components: {traits}``, ``starting_credits``, ``condition``, ``output_key``, ``limit``,
+``max_size_bytes``, a linear step list without states, no workflow at all) and turns them into
+ours, so everything after loading sees one form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +33,11 @@ from pydantic import (
 
 from vivarium import sandbox
 from vivarium.errors import ConfigError
-from vivarium.workflow.names import OBSERVATION_KEYS, RESERVED_NAMES
+from vivarium.workflow.code_actions import CODE_ACTIONS, describe_unknown
+from vivarium.workflow.names import DERIVED_KEYS, OBSERVATION_KEYS, RESERVED_NAMES
+from vivarium.workflow.traits import KINDS as TRAIT_KINDS
+from vivarium.workflow.traits import resolve as resolve_traits
+from vivarium.workflow.traits import sources as trait_sources
 
 AGENT_FILE = "agent.yaml"
 SYSTEM_PROMPT_FILE = "system_prompt.md"
@@ -37,23 +47,91 @@ NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
 OnFailure = Literal["retry", "skip", "fail"]
 StepType = Literal["llm", "code", "transition"]
 
+# The agent ecology's format (agent_ecology 599d43d3), accepted beside ours:
+SINGLE_STATE = "main"  # the one state of a workflow written without states (a linear step list)
+PROPOSE_STEP = "propose_action"  # the one step of an agent written without a workflow
+# Retries of a failed step when neither the step nor the workflow says: the original's default
+# (its WorkflowConfig and its execution-model document both give 3).
+DEFAULT_MAX_RETRIES = 3
+# error_handling.on_step_failure, as that project's workflow document writes it
+_STEP_FAILURE = {
+    "continue": "skip",
+    "abort": "fail",
+    "retry": "retry",
+    "skip": "skip",
+    "fail": "fail",
+}
+_ERROR_HANDLING_KEYS = ("on_step_failure", "default_on_failure", "max_retries")
+_STATE_MACHINE_KEYS = ("states", "initial_state", "transitions")
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+def _renamed(data: Any, old: str, new: str) -> Any:
+    """``data`` with the original's key ``old`` under our ``new`` (both given: refused)."""
+    if not isinstance(data, Mapping) or old not in data:
+        return data
+    if new in data:
+        raise ValueError(f"give {new} or {old} (the same setting), not both")
+    out = dict(data)
+    out[new] = out.pop(old)
+    return out
+
+
 class RagConfig(_Strict):
-    """Retrieval from the agent's memory artifact: the ``k`` entries most relevant to the prompt."""
+    """Retrieval from the agent's memory artifact: the ``k`` entries most relevant to the prompt.
+
+    The agent ecology's ``limit`` is accepted for ``k``. ``query_template`` (``{variable}``
+    text) is what retrieval searches with instead of the step prompt.
+    """
 
     enabled: bool = False
     k: int = Field(3, ge=1, le=50)
+    query_template: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _original(cls, data: Any) -> Any:
+        return _renamed(data, "limit", "k")
 
 
 class WorkingMemoryConfig(_Strict):
-    """The agent's working memory (from the observation), shown in LLM prompts up to a size."""
+    """The agent's working memory (from the observation), shown in LLM prompts up to a size.
+
+    The fields and defaults of the agent ecology's working-memory settings (its
+    ``max_size_bytes`` is accepted for ``max_bytes``). ``auto_inject`` shows it in every prompt,
+    ``include_in_rag`` lets retrieval search it, ``structured_format`` keeps it a mapping,
+    ``warn_on_missing`` notes an agent without one.
+    """
 
     enabled: bool = False
-    max_bytes: int = Field(2048, ge=16, le=1 << 20)
+    auto_inject: bool = True
+    max_bytes: int = Field(2000, ge=16, le=1 << 20)
+    include_in_rag: bool = False
+    structured_format: bool = True
+    warn_on_missing: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _original(cls, data: Any) -> Any:
+        return _renamed(data, "max_size_bytes", "max_bytes")
+
+
+class VisibilityConfig(_Strict):
+    """How much of the world's resources the agent is shown (the agent ecology's ``visibility``)."""
+
+    detail_level: Literal["minimal", "standard", "verbose"] = "standard"
+    resources: list[str] | None = None
+    see_others: bool | None = None
+
+
+class InterfaceDiscoveryConfig(_Strict):
+    """The agent ecology's ``interface_discovery`` (accepted; no effect here, see the README)."""
+
+    mode: Literal["try_and_learn", "check_first", "hybrid"] = "try_and_learn"
+    cache_in_memory: bool = True
 
 
 class TransitionConfig(_Strict):
@@ -76,6 +154,8 @@ class TransitionConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "from" not in data and "from_" not in data:
+            return {**data, "from": WILDCARD}  # the original's default source: any state
         if not isinstance(data, str):
             return data
         src, sep, dst = data.partition("->")
@@ -88,26 +168,83 @@ class StepConfig(_Strict):
     """One step of a workflow, of one of three types.
 
     ``llm`` asks the model for an action, ``code`` runs sandboxed statements that set context
-    variables, ``transition`` asks the model to pick a key of ``transition_map``.
+    variables (or, with ``action``, a named code action of ``vivarium.workflow.code_actions``),
+    ``transition`` asks the model to pick a key of ``transition_map``.
+
+    The agent ecology's spellings load too: ``condition`` for ``run_if``, ``output_key`` for
+    ``output``, ``on_failure: continue | abort`` for ``skip | fail``. An unset ``type`` is the
+    original's default, ``code``, except for a step with only a prompt, which is ``llm`` (the
+    original refuses such a step).
     """
 
     name: str = Field(pattern=NAME_PATTERN)
-    type: StepType = "llm"
+    type: StepType = "code"
     prompt: str | None = None
     code: str | None = None
+    action: str | None = Field(
+        default=None, description="code steps: a named code action instead of code"
+    )
+    output: str | None = Field(
+        default=None,
+        description="llm/transition steps: the variable the step's result is stored in",
+    )
     transition_map: dict[str, str] = Field(default_factory=dict)
     in_state: list[str] | None = Field(
         default=None, description="the states this step runs in (a name or a list); all if unset"
     )
     run_if: str | None = Field(default=None, description="safe-eval condition; skipped if false")
     transition_to: str | None = Field(default=None, description="the state to move to after it")
+    transition_mode: Literal["llm", "condition", "auto"] | None = Field(
+        default=None, description="accepted from the original, which parses it and never uses it"
+    )
     on_failure: OnFailure | None = Field(default=None, description="unset: the workflow default")
     max_retries: int | None = Field(default=None, ge=0, le=10)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _original(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        for key in ("prompt_artifact_id", "transition_prompt_artifact_id"):
+            if key in data:
+                raise ValueError(
+                    f"{key}: prompts stored in artifacts are not supported (write the prompt "
+                    "inline under prompt:)"
+                )
+        data = _renamed(_renamed(data, "condition", "run_if"), "output_key", "output")
+        data = dict(data)
+        failure = data.get("on_failure")
+        if isinstance(failure, str) and failure in _STEP_FAILURE:
+            data["on_failure"] = _STEP_FAILURE[failure]
+        if "type" not in data:
+            only_prompt = data.get("prompt") is not None and not (
+                data.get("code") is not None or data.get("action") is not None
+            )
+            data["type"] = "llm" if only_prompt else "code"
+        return data
 
     @field_validator("in_state", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
+
+    @field_validator("action")
+    @classmethod
+    def _known_action(cls, value: str | None) -> str | None:
+        if value is not None and value not in CODE_ACTIONS:
+            raise ValueError(describe_unknown(value))
+        return value
+
+    @field_validator("output")
+    @classmethod
+    def _variable_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.isidentifier() or value.startswith("_"):
+            raise ValueError(f"{value!r} is not a valid variable name")
+        if value in RESERVED_NAMES:
+            raise ValueError(f"{value!r} is reserved (set by the workflow)")
+        return value
 
 
 class ComponentConfig(_Strict):
@@ -119,7 +256,13 @@ class ComponentConfig(_Strict):
 
 
 class WorkflowConfig(_Strict):
-    """States, allowed transitions, and the steps run in each state."""
+    """States, allowed transitions, and the steps run in each state.
+
+    The agent ecology's form loads too: ``state_machine: {states, initial_state, transitions}``
+    nested, ``error_handling: {on_step_failure | default_on_failure, max_retries}``, and a
+    workflow with no states at all (a linear list of steps), which gets the one state
+    ``SINGLE_STATE`` so every step runs, in order, each decision.
+    """
 
     states: list[str] = Field(min_length=1)
     initial_state: str | None = Field(default=None, description="unset: the first state")
@@ -131,8 +274,50 @@ class WorkflowConfig(_Strict):
         default_factory=dict, description="initial context variables (JSON-like)"
     )
     default_on_failure: OnFailure = "retry"
-    default_max_retries: int = Field(1, ge=0, le=10)
+    default_max_retries: int = Field(DEFAULT_MAX_RETRIES, ge=0, le=10)
     response_schema: Literal["simple", "ooda"] = "simple"
+    keep_variables: Literal["all", "declared"] = Field(
+        default="all",
+        description=(
+            "what code steps' names carry over to the next decision: all of them, or only "
+            "those declared in variables (the rest last the turn); a workflow written without "
+            "states defaults to declared, as the agent ecology's runner rebuilt each turn"
+        ),
+    )
+    llm_calls_per_turn: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "model calls a turn may make; 1 is the agent ecology design's one call per turn "
+            "(later model steps wait for the next turn); unset: no limit, as its runner did"
+        ),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _original(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        machine = data.pop("state_machine", None)
+        if machine is not None:
+            if not isinstance(machine, Mapping):
+                raise ValueError("state_machine: expected a mapping (states, initial_state, ...)")
+            for key in machine:
+                if key not in _STATE_MACHINE_KEYS:
+                    raise ValueError(f"state_machine.{key}: unknown field")
+                if key in data:
+                    raise ValueError(
+                        f"state_machine.{key}: also given as workflow.{key}; keep one of the two"
+                    )
+            data.update(machine)
+        handling = data.pop("error_handling", None)
+        if handling is not None:
+            data.update(_error_handling(handling, data))
+        if not data.get("states"):
+            data["states"] = [SINGLE_STATE]
+            data.setdefault("keep_variables", "declared")  # its context is built each turn
+        return data
 
     @property
     def start(self) -> str:
@@ -149,7 +334,14 @@ class WorkflowConfig(_Strict):
 
 
 class AgentSpec(_Strict):
-    """A workflow agent as loaded from its folder (``system_prompt`` and ``folder`` filled in)."""
+    """A workflow agent as loaded from its folder (``system_prompt`` and ``folder`` filled in).
+
+    The agent ecology's ``agent.yaml`` loads as written: ``starting_credits`` for
+    ``starting_scrip``, ``error_handling`` at the top level, ``components: {traits, goals}``
+    (resolved by ``vivarium.workflow.traits``), ``visibility``, ``genotype``,
+    ``interface_discovery``, and no ``workflow`` at all: the original then proposes an action
+    with one prompt, here one ``llm`` step ``PROPOSE_STEP`` with ``PROPOSE_ACTION_PROMPT``.
+    """
 
     id: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$")
     starting_scrip: int = Field(100, ge=0)
@@ -159,14 +351,129 @@ class AgentSpec(_Strict):
     max_tokens: int | None = Field(default=None, ge=1, le=32768)
     rag: RagConfig = Field(default_factory=RagConfig)
     working_memory: WorkingMemoryConfig = Field(default_factory=WorkingMemoryConfig)
+    visibility: VisibilityConfig = Field(default_factory=VisibilityConfig)
+    genotype: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="descriptive labels (the original shows them only)"
+    )
+    interface_discovery: InterfaceDiscoveryConfig = Field(default_factory=InterfaceDiscoveryConfig)
     workflow: WorkflowConfig
     components: list[ComponentConfig] = Field(default_factory=list)
     system_prompt: str = ""
     folder: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _original(cls, data: Any) -> Any:
+        return from_original(data) if isinstance(data, Mapping) else data
+
     def components_for(self, step: str) -> list[ComponentConfig]:
         """The components injected into ``step``, in the order they are listed."""
         return [c for c in self.components if step in c.inject_into]
+
+
+# -- the agent ecology's form -------------------------------------------------------------------
+def _error_handling(handling: Any, workflow: Mapping[str, Any]) -> dict[str, Any]:
+    """``error_handling`` as our workflow fields (``default_on_failure``, ``default_max_retries``).
+
+    ``on_step_failure: continue | abort`` (the workflow document's) and ``default_on_failure``
+    (the runner's, ``retry | skip | fail``) name the same setting; ``max_retries`` is
+    ``default_max_retries``.
+    """
+    if not isinstance(handling, Mapping):
+        raise ValueError("error_handling: expected a mapping (on_step_failure, max_retries)")
+    out: dict[str, Any] = {}
+    for key, value in handling.items():
+        if key not in _ERROR_HANDLING_KEYS:
+            known = ", ".join(_ERROR_HANDLING_KEYS)
+            raise ValueError(f"error_handling.{key}: unknown field (known: {known})")
+        if key == "max_retries":
+            target, value = "default_max_retries", value
+        else:
+            target = "default_on_failure"
+            if not isinstance(value, str) or value not in _STEP_FAILURE:
+                raise ValueError(
+                    f"error_handling.{key}: {value!r} is not one of "
+                    + ", ".join(sorted(_STEP_FAILURE))
+                )
+            value = _STEP_FAILURE[value]
+        if target in out and out[target] != value:
+            raise ValueError("error_handling: on_step_failure and default_on_failure disagree")
+        if target in workflow:
+            raise ValueError(f"error_handling.{key}: also given as workflow.{target}; keep one")
+        out[target] = value
+    return out
+
+
+def propose_prompt() -> str:
+    """The prompt of the single step of an agent without a workflow (``PROPOSE_STEP``)."""
+    from vivarium.policies.sections import PROPOSE_ACTION_PROMPT
+
+    return PROPOSE_ACTION_PROMPT
+
+
+def _prompt_steps(workflow: Mapping[str, Any]) -> list[str]:
+    """Names of the raw workflow's steps that have a prompt (where components can go)."""
+    names: list[str] = []
+    steps = workflow.get("steps") if isinstance(workflow, Mapping) else None
+    for step in steps if isinstance(steps, list) else []:  # a wrong shape: validation says so
+        if not isinstance(step, Mapping) or step.get("prompt") is None:
+            continue
+        coded = step.get("code") is not None or step.get("action") is not None
+        if step.get("type", "code" if coded else "llm") != "code":
+            names.append(str(step.get("name")))
+    return names
+
+
+def from_original(data: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``agent.yaml`` mapping in the agent ecology's form, in ours (ours passes unchanged).
+
+    Agent-level rewrites only; the workflow and step models rewrite their own levels.
+
+    Raises:
+        ValueError: Two spellings of one setting, or an unknown trait / goal (one line).
+    """
+    data = _renamed(data, "starting_credits", "starting_scrip")
+    data = dict(data)
+    workflow = data.get("workflow")
+    handling = data.pop("error_handling", None)
+    fallback = workflow is None or (isinstance(workflow, Mapping) and not workflow.get("steps"))
+    if fallback:
+        # The original proposes an action with one prompt when there is no workflow (or it has
+        # no steps); its error handling still applies to that one step.
+        shape = {"steps", "state_machine", *_STATE_MACHINE_KEYS}
+        kept = {k: v for k, v in (workflow or {}).items() if k not in shape}
+        workflow = {
+            **kept,
+            "states": [SINGLE_STATE],
+            "steps": [{"name": PROPOSE_STEP, "type": "llm", "prompt": propose_prompt()}],
+        }
+    if handling is not None:
+        if not isinstance(workflow, Mapping):
+            raise ValueError("error_handling: needs a workflow mapping")
+        if "error_handling" in workflow:
+            raise ValueError(
+                "error_handling: given both at the top level and under workflow; keep one"
+            )
+        workflow = {**workflow, "error_handling": handling}
+    if workflow is not None:
+        data["workflow"] = workflow
+    components = data.get("components")
+    if isinstance(components, Mapping):
+        targets = [PROPOSE_STEP] if fallback else _prompt_steps(workflow or {})
+        found = resolve_traits(components, data.get("folder"))
+        data["components"] = [
+            {
+                "name": item.name,
+                "content": item.prompt_fragment.strip(),
+                # The original appends a fragment to the listed steps that exist (others are
+                # ignored); its single propose prompt gets every fragment.
+                "inject_into": (
+                    list(targets) if fallback else [s for s in item.inject_into if s in targets]
+                ),
+            }
+            for item in found
+        ]
+    return data
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -189,7 +496,8 @@ def describe_validation(exc: ValidationError, where: str) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
-        parts.append(f"{format_loc(err['loc'])}: {msg}")
+        # a model-level check names its fields in its message
+        parts.append(f"{format_loc(err['loc'])}: {msg}" if err["loc"] else msg)
     return f"{where}: " + "; ".join(parts)
 
 
@@ -264,7 +572,34 @@ def spec_digest(folder: str | Path) -> str | None:
         data = file.read_bytes() if file.is_file() else b""
         h.update(f"{name}\0{len(data)}\0".encode())
         h.update(data)
+    for name, data in _component_files(path):
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
     return h.hexdigest()
+
+
+def _component_files(folder: Path) -> list[tuple[str, bytes]]:
+    """The trait / goal files a ``components: {traits, goals}`` mapping names, with their bytes.
+
+    Empty for our list form (and when anything cannot be read: loading reports that), so the
+    digest of such a folder is what it always was.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load((folder / AGENT_FILE).read_text(encoding="utf-8"))
+        components = data.get("components") if isinstance(data, dict) else None
+        if not isinstance(components, Mapping):
+            return []
+        out = []
+        for kind in TRAIT_KINDS:
+            files = trait_sources(kind, folder)
+            for name in components.get(kind) or []:
+                if str(name) in files:
+                    out.append((f"{kind}/{name}", files[str(name)].read_bytes()))
+        return out
+    except Exception:
+        return []
 
 
 def load_agent(folder: str | Path) -> AgentSpec:
@@ -415,13 +750,20 @@ def _step_problems(
     field = f"workflow.steps[{i}]"
     out: list[str] = []
     if step.type in ("llm", "transition"):
-        if not (step.prompt or "").strip():
+        # A transition step without a prompt asks with the runner's default (continue, pivot,
+        # ship with the evidence), as the original's transition steps do.
+        if step.type == "llm" and not (step.prompt or "").strip():
             out.append(f"{field}.prompt: a {step.type} step needs a prompt")
         if step.code is not None:
             out.append(f"{field}.code: only code steps run code")
+        if step.action is not None:
+            out.append(f"{field}.action: only code steps run a code action")
     else:
-        if not (step.code or "").strip():
-            out.append(f"{field}.code: a code step needs code")
+        if step.action is not None:
+            if step.code is not None:
+                out.append(f"{field}.action: give code or action, not both")
+        elif not (step.code or "").strip():
+            out.append(f"{field}.code: a code step needs code (or a named action)")
         else:
             safe(f"{field}.code", step.code, "exec")
             reserved = _assigned_names(step.code) & RESERVED_NAMES
@@ -431,6 +773,8 @@ def _step_problems(
                 )
         if step.prompt is not None:
             out.append(f"{field}.prompt: code steps have no prompt")
+        if step.output is not None:
+            out.append(f"{field}.output: code steps set their variables themselves")
     if step.type == "transition":
         if not step.transition_map:
             out.append(f"{field}.transition_map: a transition step needs at least one choice")
@@ -460,11 +804,11 @@ def _step_problems(
         safe(f"{field}.run_if", step.run_if, "eval")
     if out:
         return out
-    # Statically reachable: each state the step runs in has some rule to each target (conditions
-    # are decided at run time). Catches a forgotten transition before the run does.
-    targets = ([("transition_to", step.transition_to)] if step.transition_to else []) + [
-        (f"transition_map.{k}", v) for k, v in step.transition_map.items()
-    ]
+    # Statically reachable: each state the step runs in has some rule to its transition_to
+    # (conditions are decided at run time). Catches a forgotten transition before the run does.
+    # A transition_map option no rule allows loads, as in the agent ecology (its beta_3 has
+    # one); choosing it fails the step at run time, with the reason told to the model.
+    targets = [("transition_to", step.transition_to)] if step.transition_to else []
     if wf.transitions and step.in_state:
         for src in step.in_state:
             for where, dst in targets:
@@ -482,12 +826,17 @@ def _readable_names(spec: AgentSpec) -> set[str]:
     """Every name the context of a decision can hold.
 
     The workflow's variables, the fields of an observation (``OBSERVATION_KEYS``, ``tick``), the
-    workflow's own facts, and whatever a code step assigns (it is kept as a variable).
+    names derived from it for agents written for the agent ecology (``DERIVED_KEYS``), the
+    workflow's own facts, whatever a code step assigns (it is kept as a variable), and each
+    llm / transition step's result (under its name and its ``output``).
     """
-    names = {*spec.workflow.variables, *OBSERVATION_KEYS, "tick", *RESERVED_NAMES}
+    names = {*spec.workflow.variables, *OBSERVATION_KEYS, *DERIVED_KEYS, "tick", *RESERVED_NAMES}
     for step in spec.workflow.steps:
         if step.type == "code" and step.code:
             names |= _assigned_names(step.code, defining=True)
+        elif step.type != "code":
+            # an llm / transition step's result: under its name, and its output variable
+            names |= {n for n in (step.name, step.output) if n and n.isidentifier()}
     return names
 
 
@@ -495,8 +844,10 @@ def _assigned_names(code: str, *, defining: bool = False) -> set[str]:
     """Names a code block binds, as the run sees them.
 
     Plain and unpacked targets (``a, b = ...``) and the name under an item assignment or an
-    augmented one (``d['k'] = v`` rebinds ``d``). ``defining``: only the names a plain
-    assignment creates (``x += 1`` and ``d['k'] = v`` need ``x`` and ``d`` to exist already).
+    augmented one (``d['k'] = v`` rebinds ``d``). A write through the ``context`` view binds the
+    name it quotes, as the sandbox runs it: ``context['x'] = v`` is ``x = v``, and
+    ``context['x'][k] = v`` is ``x[k] = v``. ``defining``: only the names a plain assignment
+    creates (``x += 1``, ``d['k'] = v`` and ``context['x']['k'] = v`` need the name to exist).
     """
     import ast
 
@@ -506,16 +857,32 @@ def _assigned_names(code: str, *, defining: bool = False) -> set[str]:
         return set()
     names: set[str] = set()
 
-    def bind(target: ast.AST) -> None:
-        if isinstance(target, ast.Name):
-            names.add(target.id)
+    def quoted(node: ast.AST) -> str | None:  # "x" for context['x'], else None
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == sandbox.SCOPE_NAME
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+        ):
+            return node.slice.value
+        return None
+
+    def bind(target: ast.AST, *, creates: bool = True) -> None:
+        key = quoted(target)
+        if key is not None:
+            if creates or not defining:
+                names.add(key)
+        elif isinstance(target, ast.Name):
+            if creates or not defining:
+                names.add(target.id)
         elif isinstance(target, ast.Tuple | ast.List):
             for element in target.elts:
-                bind(element)
-        elif isinstance(target, ast.Starred) or (
-            isinstance(target, ast.Subscript) and not defining
-        ):
-            bind(target.value)
+                bind(element, creates=creates)
+        elif isinstance(target, ast.Starred):
+            bind(target.value, creates=creates)
+        elif isinstance(target, ast.Subscript):  # d[k] = v rebinds d, which must exist
+            bind(target.value, creates=False)
 
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else []

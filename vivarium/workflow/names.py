@@ -7,7 +7,7 @@ hold, and building a prompt (``vivarium.workflow.prompt``) fills the same names 
 
 from __future__ import annotations
 
-__all__ = ["OBSERVATION_KEYS", "RESERVED_NAMES"]
+__all__ = ["DERIVED_KEYS", "OBSERVATION_KEYS", "RESERVED_NAMES"]
 
 # Observation keys copied into the context (the ecology world's; others pass through too). Each
 # is present in every context, None when the observation lacks it.
@@ -29,6 +29,21 @@ OBSERVATION_KEYS = (
     "working_memory",
     "memory",
     "tools",
+)
+
+# Names derived from the observation for agents written for the agent ecology (its workflow
+# context: ``vivarium.workflow.prompt`` says what each holds). Each is present in every context.
+DERIVED_KEYS = (
+    "tick",
+    "memories",
+    "other_agents",
+    "other_artifacts",
+    "actions_taken",
+    "successful_actions",
+    "failed_actions",
+    "revenue_earned",
+    "recent_failures",
+    "recent_successes",
 )
 
 # Context names the workflow sets itself; code steps may read them but not assign them.

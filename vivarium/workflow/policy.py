@@ -7,9 +7,25 @@ the first time), the policy runs the steps of the current state in order, skippi
 - ``code`` steps run safe-eval statements; the names they assign become context variables,
   kept in the agent state from one decision to the next;
 - ``llm`` steps ask the model for an action through one forced tool, ``act`` (JSON in the text is
-  accepted too); the action must be one the observation offers, with valid arguments;
+  accepted too); the action must be one the observation offers, with valid arguments. As in the
+  agent ecology's runner, every llm step asks for an action and the result is kept for the later
+  steps of the same turn: under the step's name, ``{"reasoning", "action": {"action_type",
+  "name", "arguments"}}``, and, when the step has ``output`` (the original's ``output_key``), its
+  reasoning text under that variable, so "analyse, then decide" chains read ``{audit_result}``.
+  These results live for the turn only (they are not variables; see deferral below);
 - ``transition`` steps ask the model to pick a key of ``transition_map`` through a forced tool
-  ``choose``; the state machine must allow the move (a refused choice is a failure).
+  ``choose``; the state machine must allow the move (a refused choice is a failure, retried
+  with the reason told; the agent ecology's runner kept the state instead). The prompt
+  labels the options ``A)``, ``B)``... in listed order, and answers are read the way models give
+  them (``Ship.``, ``B``, ``B)``, ``Option C``, ``**pivot**``, ``I choose B) PIVOT``:
+  ``match_option``). The model's stated reason is kept in the step's entry (``reason``), in the
+  transition record (``reason``) and, with the choice, under the step's name
+  (``{"decision", "reasoning"}``). A transition step without a prompt asks
+  ``DEFAULT_TRANSITION_PROMPT`` (the original's continue / pivot / ship evaluation, our words);
+- ``code`` steps with ``action:`` run a named code action (``vivarium.workflow.code_actions``):
+  ``execute_decision`` makes the action decided so far the turn's action and ends the walk (the
+  step's ``transition_to`` still applies; with no action decided yet the step fails), ``noop``
+  makes it ``noop`` without a model call.
 
 A step's ``transition_to`` moves the state after it succeeds, if the state machine allows it (a
 transition whose condition is false leaves the state as it is: conditions are guards). A change of
@@ -17,71 +33,93 @@ state ends the old state's steps; the decision goes on with the new state's step
 has been produced or no step is left to run. Each step is considered at most once per decision
 (a step without ``in_state`` runs once, in the first state the decision is in), so every walk
 ends; the next decision starts in the state this one ended in. No action means ``noop``. If more
-than one llm step produces an action, the last one counts.
+than one llm step produces an action, the last one counts. Within a state, the steps after an llm
+step still run in the same turn (the original runs its whole list each turn). After a change of
+state the walk goes on with the new state's steps, from the top of the list, only while no
+action has been produced (the original goes on down its list, past the step that moved).
+
+Model calls per turn: ``workflow.llm_calls_per_turn`` (unset: no limit, as the original's runner;
+its design document states one call per turn, for cost and predictability: set it to 1). Once a
+turn has made that many calls, the next step that needs the model (an llm or transition step
+whose ``run_if`` holds, or a retry) is not run: its entry says ``status: "deferred"``, the walk
+stops there, and the turn acts on the action decided so far (``noop`` when none). The next turn
+goes on at that step, in the same state, with the deferred turn's step results (and a retry's
+attempt count and error) carried over in the agent state (``resume``): the steps listed before it
+do not run again, the steps after it run as usual. A chain of N llm steps thus takes N turns,
+each acting on the action its own step chose.
 
 A failed step (model error, unusable reply, safe-eval error, refused choice) follows its
 ``on_failure``: ``retry`` (up to ``max_retries`` more attempts, the model told what was wrong; when
-they run out the step fails), ``skip`` (go on with the next step) or ``fail`` (end the decision:
-``noop`` with the reason). Nothing raises out of a decision, except a ``RunStoppingError`` (a
-replay with no recorded reply) and an LLM outage that outlasted the retries (``LLMUnavailable``,
-unless ``on_llm_error="fallback"``): both must stop the run, the outage resumably.
+they run out the step fails), ``skip`` (the same retries, then go on with the next step, as the
+original's design document has it; its runner never retried a ``skip`` step) or ``fail`` (end the
+decision at once: ``noop`` with the reason). Nothing raises out of a decision, except a
+``RunStoppingError`` (a replay with no recorded reply) and an LLM outage that outlasted the
+retries (``LLMUnavailable``, unless ``on_llm_error="fallback"``): both must stop the run, the
+outage resumably.
 
 The actions an agent may take, and their arguments, come from the registry of the world it acts
 in: the engine hands it over (``use_world_actions``) when the run is built. A policy used alone
 without a ``registry`` names actions without arguments and leaves the checks to the world.
 
 ``ActionRequest.metadata``: ``agent_state`` (taken out of the record by the engine),
-``transitions`` (``{"from_state", "to_state", "trigger"}``), ``workflow_state``, ``steps`` (one
-entry per step considered: step, state, status, attempts, error), ``action_step``, ``parse_path``
-(``tool_call``, ``json_text``, ``fallback``), ``fallback_reason`` when the action is a fallback
-``noop``, ``model``, ``llm_calls``, ``llm_tokens``, and ``agent_state_reset`` when the state that
-came in could not be used.
+``transitions`` (``{"from_state", "to_state", "trigger", "routine"}``, plus ``reason`` when the
+model gave one), ``workflow_state``, ``steps`` (one entry per step considered: step, state,
+status (``ok``, ``not_run``, ``skipped``, ``failed``, ``deferred``), attempts, error, reason),
+``action_step``, ``parse_path`` (``tool_call``, ``json_text``, ``text``, ``code_action``,
+``fallback``), ``fallback_reason`` when the action is a fallback ``noop``, ``model``,
+``llm_calls``, ``llm_tokens``, ``deferred`` (``{step, state, attempt}``) when a step waits for the
+next turn, ``stopped_by`` when a code action ended the walk, and ``agent_state_reset`` when the
+state that came in could not be used. The agent state also carries ``tally`` (counts over the
+agent's life for ``actions_taken``, ``revenue_earned``...: ``vivarium.workflow.prompt``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import json
-import re
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from pydantic import BaseModel
+from typing import Any
 
 from vivarium import sandbox
 from vivarium.errors import RunStoppingError
 from vivarium.gateways.base import LLMResponse, stop_if_unavailable
-from vivarium.memory import relevant_memories
-from vivarium.policies.parsing import (
-    FALLBACK_ACTION,
-    MAX_REASON_CHARS,
-    MAX_REASONING_CHARS,
-    check_arguments,
-    json_values,
-    parse_action,
-    truncate,
-)
+from vivarium.policies.budget import DEFAULT_CONTEXT_TOKENS
+from vivarium.policies.parsing import FALLBACK_ACTION, MAX_REASON_CHARS, truncate
 from vivarium.policies.prompting import arg_models_for, available_tools, describe_tool
 from vivarium.seeding import canonical_json, workflow_request_seed
 from vivarium.types import ActionRequest
+from vivarium.workflow.code_actions import EXECUTE_DECISION, NOOP, describe_unknown
 from vivarium.workflow.config import AgentSpec, StepConfig
 from vivarium.workflow.names import RESERVED_NAMES
-from vivarium.workflow.prompt import (
-    build_context,
-    build_prompt,
-    format_memories,
-    format_working_memory,
-    render_template,
-)
+from vivarium.workflow.prompt import build_context, build_prompt, render_template
+from vivarium.workflow.replies import option_letters, parse_act, parse_choice
 from vivarium.workflow.state_machine import StateMachine
+from vivarium.workflow.tools import (
+    ACT_TOOL,
+    CHOOSE_TOOL,
+    ActionCatalog,
+    act_tool,
+    argument_schemas,
+    choose_tool,
+    force_tool,
+)
 
-ACT_TOOL = "act"
-CHOOSE_TOOL = "choose"
 DEFAULT_MAX_TOKENS = 384
 MAX_VARIABLES_CHARS = 65_536  # canonical JSON of all variables: agent state stays small
 STATE_VERSION = 1
+# A transition step without a prompt asks this (the agent ecology's default continue / pivot /
+# ship evaluation, in our words), with the options listed after it.
+DEFAULT_TRANSITION_PROMPT = (
+    "Take stock before you go on.\n"
+    "Steps left: {time_remaining} | Success rate: {success_rate:.0%} | "
+    "Scrip earned so far: {revenue_earned:+.0f}\n\n"
+    "Your recent actions: {action_history}\n"
+    "The last result: {last_action_result}\n\n"
+    "Judge by that evidence. Keep going when recent actions are getting somewhere or something "
+    "useful is nearly done; change course when the same failure keeps coming back or nothing "
+    "moves; call it done when what you have works well enough to be used. Say why."
+)
 DEFAULT_SYSTEM_PROMPT = (
     "You are {agent_id}, an agent in a shared world of artifacts and scrip. "
     "Act by calling the tool you are given, exactly once."
@@ -92,296 +130,8 @@ Reply = tuple[LLMResponse | None, str | None]
 Flow = Generator[Request, Reply, Any]
 
 
-class ActionCatalog(Protocol):
-    """What a workflow reads of the world's action registry (``ActionRegistry`` is one).
-
-    The engine hands the world's registry to the policy (``use_world_actions``); the workflow
-    only looks actions up, to describe them to the model and to check the arguments it returns.
-    """
-
-    def get(self, name: str) -> Any:
-        """The action's spec (``tool_spec()``, ``arguments``, ``description``), or None."""
-        ...
-
-    def __contains__(self, name: object) -> bool:
-        """Whether the world has an action called ``name``."""
-        ...
-
-
 class StepFailed(Exception):
     """One attempt of a step went wrong; the reason is recorded, the decision goes on."""
-
-
-# -- the tools the model is forced to call -----------------------------------------------------
-def act_tool(
-    actions: Sequence[str],
-    schema: str = "simple",
-    argument_schemas: Mapping[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The ``act`` tool: reasoning fields, then ``action {name, arguments}``.
-
-    With ``argument_schemas`` the action is one of several shapes (``anyOf``), each pairing an
-    action name with the JSON schema of its arguments, so a model constrained by the schema
-    (and the mock) produces arguments that fit the action it names.
-    """
-    action: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "enum": list(actions), "description": "the action"},
-            "arguments": {"type": "object", "description": "the action's arguments"},
-        },
-        "required": ["name", "arguments"],
-    }
-    if argument_schemas:
-        action = {
-            "anyOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string", "const": name},
-                        "arguments": argument_schemas.get(name) or {"type": "object"},
-                    },
-                    "required": ["name", "arguments"],
-                }
-                for name in actions
-            ]
-        }
-    if schema == "ooda":
-        properties: dict[str, Any] = {
-            "situation_assessment": {"type": "string", "description": "what is going on"},
-            "action_rationale": {"type": "string", "description": "why this action"},
-            "action": action,
-        }
-    else:
-        properties = {
-            "thought_process": {"type": "string", "description": "brief reasoning"},
-            "action": action,
-        }
-    return {
-        "type": "function",
-        "function": {
-            "name": ACT_TOOL,
-            "description": "Take exactly one action in the world.",
-            "parameters": {
-                "type": "object",
-                "properties": properties,
-                "required": list(properties),
-            },
-        },
-    }
-
-
-def _argument_schemas(
-    actions: Sequence[str],
-    registry: ActionCatalog | None,
-    observation: Mapping[str, Any],
-    agent_id: str,
-) -> dict[str, dict[str, Any]]:
-    """Each action's argument schema, with the ids the observation shows as choices.
-
-    ``artifact_id`` of read/invoke may only name artifacts that exist; ``method`` only methods
-    they have. Writes keep a free id (they may create an artifact).
-    """
-    if registry is None:
-        return {}
-    artifacts = [a for a in observation.get("artifacts") or [] if isinstance(a, Mapping)]
-    ids = sorted({str(a.get("id")) for a in artifacts if a.get("id") is not None})
-    methods = sorted(
-        {str(m) for a in artifacts for m in (a.get("methods") or []) if a.get("executable")}
-    )
-    out: dict[str, dict[str, Any]] = {}
-    for name in actions:
-        spec = registry.get(name)
-        if spec is None:
-            continue
-        params = copy.deepcopy(spec.tool_spec()["function"]["parameters"])
-        props = params.get("properties") or {}
-        if name in {"read_artifact", "invoke_artifact"} and ids and "artifact_id" in props:
-            props["artifact_id"]["enum"] = ids
-        if name == "invoke_artifact" and methods and "method" in props:
-            props["method"]["enum"] = methods
-        if name == "transfer_scrip" and "to" in props:
-            others = sorted({str(a.get("owner")) for a in artifacts} - {agent_id, "world", "None"})
-            if others:
-                props["to"]["enum"] = others
-        out[name] = params
-    return out
-
-
-def choose_tool(options: Sequence[str]) -> dict[str, Any]:
-    """The ``choose`` tool: one of the transition step's options, and why."""
-    return {
-        "type": "function",
-        "function": {
-            "name": CHOOSE_TOOL,
-            "description": "Choose how the workflow goes on.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "reason": {"type": "string", "description": "brief reasoning"},
-                    "choice": {"type": "string", "enum": list(options)},
-                },
-                "required": ["reason", "choice"],
-            },
-        },
-    }
-
-
-def _force(name: str) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name}}
-
-
-# -- reading replies ---------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ParsedStep:
-    """What a reply said, read: the value, the model's reasoning, and how it was found.
-
-    Attributes:
-        value: ``(action name, arguments)`` for ``act``, the chosen key for ``choose``.
-        reasoning: The model's reasoning fields, joined (None when it gave none).
-        path: How the value was found: ``tool_call``, ``json_text`` or ``text``.
-    """
-
-    value: Any  # (action name, arguments) for act, the key for choose
-    reasoning: str | None
-    path: str
-
-
-def _reasoning(payload: Mapping[str, Any]) -> str | None:
-    parts = []
-    for key, label in (
-        ("thought_process", ""),
-        ("situation_assessment", "Situation: "),
-        ("action_rationale", "Rationale: "),
-        ("reasoning", ""),
-        ("reason", ""),
-    ):
-        value = payload.get(key)
-        if isinstance(value, str) and value.strip():
-            parts.append(label + value.strip())
-    return truncate("\n".join(parts), MAX_REASONING_CHARS) if parts else None
-
-
-def _action_in(
-    payload: Any, allowed: tuple[str, ...], arg_models: Mapping[str, type[BaseModel]]
-) -> tuple[str, dict[str, Any]] | str:
-    """``(name, arguments)`` from an ``act`` payload, or the reason it holds no usable action."""
-    if not isinstance(payload, Mapping):
-        return "act arguments must be a JSON object"
-    action = payload.get("action")
-    error = None
-    if isinstance(action, Mapping):
-        name = action.get("name", action.get("action"))
-        arguments = action.get("arguments", action.get("args", {}))
-    elif isinstance(action, str):
-        name, arguments = action, payload.get("arguments", {})
-    else:
-        return "no action in the reply"
-    if arguments is None:
-        arguments = {}
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            error = "arguments are not valid JSON"
-    checked = check_arguments(name, arguments, error, allowed, arg_models)
-    return checked if isinstance(checked, str) else (str(name), checked)
-
-
-def parse_act(
-    response: LLMResponse,
-    allowed: Sequence[str],
-    arg_models: Mapping[str, type[BaseModel]] | None = None,
-) -> ParsedStep | str:
-    """The action in a reply, or the reason there is none.
-
-    An ``act`` tool call, else an action tool call or JSON in the text
-    (``{"action": {"name", "arguments"}}`` and the shapes ``parse_action`` knows).
-    """
-    allowed = tuple(allowed)
-    models = arg_models or {}
-    reasons: list[str] = []
-    others = []
-    for call in response.tool_calls:
-        if call.name != ACT_TOOL:
-            others.append(call)
-            continue
-        if call.parse_error is not None:
-            reasons.append(f"bad arguments: {ACT_TOOL}: {call.parse_error}")
-            continue
-        found = _action_in(call.arguments, allowed, models)
-        if isinstance(found, str):
-            reasons.append(found)
-        else:
-            return ParsedStep(found, _reasoning(call.arguments), "tool_call")
-    content = response.content if isinstance(response.content, str) else ""
-    # JSON in the text, the act payload shape first
-    values, _ = json_values(content) if content.strip() else ([], False)
-    for value in values:
-        if isinstance(value, Mapping) and "action" in value:
-            found = _action_in(value, allowed, models)
-            if not isinstance(found, str):
-                return ParsedStep(found, _reasoning(value), "json_text")
-            reasons.append(found)
-    rest = response.model_copy(update={"tool_calls": others})
-    parsed = parse_action(rest, allowed, models)
-    if parsed.metadata.get("parse_path") != "fallback":
-        return ParsedStep(
-            (parsed.action_name, parsed.arguments),
-            parsed.reasoning,
-            str(parsed.metadata.get("parse_path")),
-        )
-    if reasons:
-        return truncate(reasons[0], MAX_REASON_CHARS)
-    if response.tool_calls and not others:
-        return "no action in the reply"
-    return str(parsed.metadata.get("fallback_reason") or "no action found")
-
-
-_WORDISH = re.compile(r"^[\s`'\"*]*([A-Za-z0-9_\-]+)[\s`'\".!*]*$")
-
-
-def parse_choice(response: LLMResponse, options: Sequence[str]) -> ParsedStep | str:
-    """One of ``options`` from a reply, or the reason there is none.
-
-    A ``choose`` call, JSON with ``choice``, or a reply that is just the option.
-    """
-    shown = ", ".join(options)
-    reasons = []
-
-    def pick(value: Any) -> str | None:
-        if isinstance(value, str) and value.strip() in options:
-            return value.strip()
-        reasons.append(f"unknown choice {truncate(str(value), 80)!r} (options: {shown})")
-        return None
-
-    for call in response.tool_calls:
-        if call.parse_error is not None:
-            reasons.append(f"bad arguments: {call.name}: {call.parse_error}")
-            continue
-        if "choice" in call.arguments:
-            choice = pick(call.arguments["choice"])
-            if choice is not None:
-                return ParsedStep(choice, _reasoning(call.arguments), "tool_call")
-        elif call.name in options:  # the model called the option itself
-            return ParsedStep(call.name, _reasoning(call.arguments), "tool_call")
-    content = response.content if isinstance(response.content, str) else ""
-    if content.strip():
-        values, _ = json_values(content)
-        for value in values:
-            if isinstance(value, Mapping):
-                for key in ("choice", "option", "next", "transition"):
-                    if key in value:
-                        choice = pick(value[key])
-                        if choice is not None:
-                            return ParsedStep(choice, _reasoning(value), "json_text")
-                        break
-        match = _WORDISH.match(content)
-        if match and match.group(1) in options:
-            return ParsedStep(match.group(1), None, "text")
-    if reasons:
-        return truncate(reasons[0], MAX_REASON_CHARS)
-    return f"no choice found (options: {shown})"
 
 
 # -- values code steps produce -----------------------------------------------------------------
@@ -413,12 +163,6 @@ def _error_text(prefix: str, exc: BaseException) -> str:
     return truncate(f"{prefix}{type(exc).__name__}" + (f": {text}" if text else ""), 300)
 
 
-def _relevant(entries: Sequence[Any], query: str, k: int) -> list[Any]:
-    """The ``k`` memory entries most relevant to ``query`` (entries without text are skipped)."""
-    clean = [e for e in entries if isinstance(e, Mapping) and "text" in e and "time_step" in e]
-    return relevant_memories(clean, query, k)
-
-
 # -- one decision ------------------------------------------------------------------------------
 @dataclass(slots=True)
 class _Decision:
@@ -441,6 +185,11 @@ class _Decision:
     llm_calls: int = 0
     llm_tokens: int = 0
     reset: str | None = None
+    outputs: dict[str, Any] = field(default_factory=dict)  # step results of this turn
+    resume: dict[str, Any] | None = None  # where a deferred turn goes on (from the agent state)
+    assigned: dict[str, Any] = field(default_factory=dict)  # what code steps set this turn
+    deferred: dict[str, Any] | None = None  # where this turn stopped for the next one
+    stop: str | None = None  # a code action ended the walk
 
 
 class WorkflowPolicy:
@@ -464,6 +213,8 @@ class WorkflowPolicy:
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        memory: Any = None,
+        context_tokens: int | None = DEFAULT_CONTEXT_TOKENS,
     ) -> None:
         """Run ``spec``'s workflow, asking ``gateway``.
 
@@ -477,7 +228,20 @@ class WorkflowPolicy:
             model: The model, unless the agent names one.
             temperature: The sampling temperature, unless the agent sets one (default 0).
             max_tokens: The reply limit, unless the agent sets one.
+            memory: Where ``rag`` retrieval searches: a ``MemoryStore``, or a factory
+                ``agent_id -> MemoryStore``. None: the observation's memory (in the ecology
+                world, a search over all of the agent's entries, kept by the world). The policy
+                only searches a plugged store, never fills it, and keeps nothing itself: what
+                the store holds is the caller's state. A store derived from the world (its
+                ``agent_memory(agent_id).store``) resumes and replays exactly; any other must be
+                rebuilt before a resume (e.g. from ``world.memory_entries(agent_id)``), or
+                retrieval, prompts and so cassette hits differ.
+            context_tokens: The context budget in estimated tokens (the aam engine's 8000 by
+                default; None for none): a longer request loses its oldest history lines first,
+                recorded in the step's ``context_trimmed`` (``vivarium.policies.budget``).
         """
+        self.memory = memory
+        self.context_tokens = context_tokens
         self.spec = spec
         self.gateway = gateway
         # The agent's seed (recorded in the trace) and, from a build plan, the provider seed of
@@ -534,6 +298,16 @@ class WorkflowPolicy:
         if not isinstance(state.get("decisions"), int):
             state["decisions"] = 0
         state.setdefault("last_transition", None)
+        if not isinstance(state.get("tally"), Mapping):
+            state.pop("tally", None)
+        resume = state.get("resume")
+        if resume is not None and not (
+            isinstance(resume, Mapping)
+            and resume.get("state") == state["state"]
+            and any(s.name == resume.get("step") for s in self.spec.workflow.steps)
+            and isinstance(resume.get("outputs", {}), Mapping)
+        ):
+            state.pop("resume")  # a deferred step that is gone: the turn starts from the top
         state["version"] = STATE_VERSION
         return state, None
 
@@ -561,37 +335,108 @@ class WorkflowPolicy:
         return render_template(self.spec.system_prompt or DEFAULT_SYSTEM_PROMPT, context)
 
     def _request(self, d: _Decision, user: str, tool: dict[str, Any], tool_name: str) -> Request:
+        """The chat request: ``{sections.*}`` filled in, then fitted to the context budget.
+
+        Sections come from the context (``vivarium.policies.sections``); relevant memories are
+        retrieved here, where the observation (and its search over all memories) is at hand:
+        the query is ``rag.query_template`` rendered with the context, else the text before
+        the memory section (the step's prompt), plus the working memory with
+        ``include_in_rag``. A missing working memory with ``warn_on_missing`` and a trimmed
+        request are recorded in the step's entry of the decision's ``steps``.
+        """
+        from vivarium.memory import search_memories, store_for
+        from vivarium.policies.budget import fit_messages
+        from vivarium.policies.sections import (
+            fill_sections,
+            memories_section,
+            prompt_sections,
+            sections_in,
+            working_memory_query_text,
+        )
+
+        entry = d.steps[-1] if d.steps else {}
+        rag, wm = self.spec.rag, self.spec.working_memory
+        wm_value = d.context.get("working_memory")
+        notes: list[str] = []
+        if wm.enabled and getattr(wm, "warn_on_missing", False) and wm_value in (None, {}, ""):
+            notes.append("working memory is empty")
+        names = sections_in(user)
+        if names:
+            values = prompt_sections(
+                d.context,
+                working_memory=wm.enabled and getattr(wm, "auto_inject", True),
+                working_memory_bytes=getattr(wm, "max_size_bytes", None) or wm.max_bytes,
+                structured=getattr(wm, "structured_format", True),
+                agent_id=d.agent_id,
+            )
+            mark = "{sections.relevant_memories}"
+            user = fill_sections(
+                user, lambda n: None if n == "relevant_memories" else values.get(n)
+            )
+            if mark in user:
+                found = None
+                if rag.enabled:
+                    template = getattr(rag, "query_template", None)
+                    before = user.split(mark)[0].strip()
+                    query = render_template(template, d.context) if template else before
+                    if getattr(wm, "include_in_rag", False):
+                        query += "\n" + working_memory_query_text(wm_value)
+                    k = getattr(rag, "limit", None) or rag.k
+                    store = store_for(self.memory, d.agent_id)
+                    found = search_memories(
+                        query, k, store=store, observed=d.observation.get("memory")
+                    )
+                user = fill_sections(user, {"relevant_memories": memories_section(found)})
+        messages = [
+            {"role": "system", "content": self._system(d.context)},
+            {"role": "user", "content": user},
+        ]
+        messages, trim = fit_messages(messages, [tool], self.context_tokens)
+        if trim is not None:
+            entry["context_trimmed"] = trim.as_metadata()
+        for note in notes:
+            if note not in entry.setdefault("notes", []):
+                entry["notes"].append(note)
         return {
             "model": self.model,
-            "messages": [
-                {"role": "system", "content": self._system(d.context)},
-                {"role": "user", "content": user},
-            ],
+            "messages": messages,
             "tools": [tool],
-            "tool_choice": _force(tool_name),
+            "tool_choice": force_tool(tool_name),
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             "seed": self.request_seed(d.agent_id),
         }
 
     def _extras(self, prompt: str, context: Mapping[str, Any]) -> list[str]:
+        """Memory and working-memory sections after the step prompt, unless it places them.
+
+        They are placeholders here, filled by ``_request`` (``vivarium.policies.sections``);
+        working memory only with ``auto_inject`` (the agent ecology's default: on).
+        """
         extras = []
-        if self.spec.rag.enabled:
-            entries = context.get("memory") or []
-            found = _relevant(list(entries), prompt, self.spec.rag.k) if entries else []
-            if found:
-                extras.append("Relevant memories:\n" + format_memories(found))
-        if self.spec.working_memory.enabled:
-            memory = context.get("working_memory")
-            if memory:
-                text = format_working_memory(memory, self.spec.working_memory.max_bytes)
-                extras.append("Working memory:\n" + text)
+        if self.spec.rag.enabled and "{sections.relevant_memories}" not in prompt:
+            extras.append("{sections.relevant_memories}")
+        wm = self.spec.working_memory
+        injected = wm.enabled and getattr(wm, "auto_inject", True)
+        if injected and "{sections.working_memory}" not in prompt:
+            extras.append("{sections.working_memory}")
         return extras
+
+    def _unset_names(self) -> set[str]:
+        """Names an llm or transition step may set this turn: ``(none)`` in a prompt until then."""
+        names = set()
+        for step in self.spec.workflow.steps:
+            if step.type != "code":
+                names.add(step.name)
+                key = _output_key(step)
+                if key:
+                    names.add(key)
+        return names
 
     def _act_request(
         self, d: _Decision, step: StepConfig, actions: Sequence[str], note: str | None
     ) -> Request:
-        prompt = build_prompt(step, d.context, self.spec)
+        prompt = build_prompt(step, d.context, self.spec, unset=self._unset_names())
         lines = ["Available actions:"]
         for name in actions:
             lines.append(
@@ -614,15 +459,21 @@ class WorkflowPolicy:
         tool = act_tool(
             actions,
             self.spec.workflow.response_schema,
-            _argument_schemas(actions, self.registry, d.observation, d.agent_id),
+            argument_schemas(actions, self.registry, d.observation, d.agent_id),
         )
         return self._request(d, "\n\n".join(parts), tool, ACT_TOOL)
 
     def _choose_request(self, d: _Decision, step: StepConfig, note: str | None) -> Request:
-        prompt = build_prompt(step, d.context, self.spec)
+        if not (step.prompt or "").strip():
+            step = step.model_copy(update={"prompt": DEFAULT_TRANSITION_PROMPT})
+        prompt = build_prompt(step, d.context, self.spec, unset=self._unset_names())
         options = list(step.transition_map)
+        letters = {key: letter for letter, key in option_letters(options).items()}
         lines = [f"Choose exactly one of: {', '.join(options)}."]
-        lines += [f"- {key}: go to {target}" for key, target in step.transition_map.items()]
+        lines += [
+            f"{letters[key] + ')' if key in letters else '-'} {key}: go to {target}"
+            for key, target in step.transition_map.items()
+        ]
         lines.append(
             f"Call the tool `{CHOOSE_TOOL}` exactly once. If you cannot call tools, reply with "
             'only a JSON object: {"reason": "...", "choice": "<option>"}.'
@@ -651,7 +502,19 @@ class WorkflowPolicy:
             reset=reset,
         )
         try:
-            d.context = build_context(observation, state["variables"], workflow=self._facts(state))
+            state["tally"] = _tally(state.get("tally"), observation)
+            d.resume = state.pop("resume", None)
+            d.context = build_context(
+                observation,
+                state["variables"],
+                workflow=self._facts(state),
+                tally=state["tally"],
+            )
+            if d.resume is not None:  # what the turn that was cut short had computed
+                d.assigned = copy.deepcopy(dict(d.resume.get("values") or {}))
+                d.context.update(copy.deepcopy(d.assigned))
+                d.outputs = copy.deepcopy(dict(d.resume.get("outputs") or {}))
+                d.context.update(copy.deepcopy(d.outputs))
             yield from self._walk(d)
         except StepFailed as exc:
             d.failure = str(exc)
@@ -664,6 +527,12 @@ class WorkflowPolicy:
     def _walk(self, d: _Decision) -> Flow:
         """Each step is considered at most once per decision, so a walk always ends."""
         considered: set[str] = set()
+        resume = d.resume
+        if resume is not None:  # a deferred turn goes on at the step it stopped at
+            for step in self.spec.workflow.steps:
+                if step.name == resume["step"]:
+                    break
+                considered.add(step.name)
         while True:
             current = d.state["state"]
             moved: str | None = None
@@ -673,8 +542,9 @@ class WorkflowPolicy:
                 if step.in_state is not None and current not in step.in_state:
                     continue
                 considered.add(step.name)
-                moved = yield from self._step(d, step, current)
-                if d.failure is not None:
+                again = resume if resume is not None and resume["step"] == step.name else None
+                moved = yield from self._step(d, step, current, again)
+                if d.failure is not None or d.deferred is not None or d.stop is not None:
                     return
                 if moved is not None:
                     break
@@ -687,34 +557,72 @@ class WorkflowPolicy:
                 d.end_note = f"state {moved!r} has no step left to run in this decision"
                 return
 
-    def _move(self, d: _Decision, src: str, dst: str, trigger: str) -> str:
+    def _move(
+        self, d: _Decision, src: str, dst: str, trigger: str, reason: str | None = None
+    ) -> str:
         record = self.machine.transition(src, dst, d.context, trigger=trigger)
+        if reason:
+            record["reason"] = reason
         d.transitions.append(record)
         d.state["state"] = dst
         d.state["last_transition"] = dict(record)
         d.context.update(self._facts(d.state))
         return dst
 
-    def _step(self, d: _Decision, step: StepConfig, current: str) -> Flow:
+    def _call_budget_spent(self) -> int | None:
+        """``workflow.llm_calls_per_turn`` (None: no limit, the original runner's behaviour)."""
+        limit = getattr(self.spec.workflow, "llm_calls_per_turn", None)
+        return None if limit is None else max(int(limit), 1)
+
+    def _step(
+        self,
+        d: _Decision,
+        step: StepConfig,
+        current: str,
+        resume: Mapping[str, Any] | None = None,
+    ) -> Flow:
         """Run one step with its failure policy; returns the new state if it moved."""
         wf = self.spec.workflow
         entry: dict[str, Any] = {"step": step.name, "state": current}
         d.steps.append(entry)
         policy = wf.on_failure(step)
-        attempts = 1 + (wf.max_retries(step) if policy == "retry" else 0)
+        # Code is deterministic: running it again gives the same error (the agent ecology never
+        # retried a code step either); retries are for the model's replies.
+        retried = policy in ("retry", "skip") and step.type != "code"
+        attempts = 1 + (wf.max_retries(step) if retried else 0)
         reason: str | None = None
+        first = 1
+        if resume is not None:  # a retry the last turn had no model call left for
+            first = min(max(int(resume.get("attempt") or 1), 1), max(attempts, 1))
+            reason = (resume.get("error") or "a retry") if first > 1 else None
         if step.run_if is not None:
             try:
                 go = bool(sandbox.evaluate(step.run_if, d.context))
-            except Exception as exc:  # a broken condition is the step's failure; no retry
+            except Exception as exc:  # as the agent ecology: a broken condition skips the step
                 if isinstance(exc, RunStoppingError):
                     raise
-                go, reason, attempts = True, _error_text("run_if: ", exc), 0
-                entry["attempts"] = 0
+                entry.update(status="skipped", attempts=0, error=_error_text("run_if: ", exc))
+                return None
             if not go:
                 entry["status"] = "not_run"
                 return None
-        for attempt in range(1, attempts + 1):
+        limit = self._call_budget_spent()
+        for attempt in range(first, attempts + 1):
+            if step.type != "code" and limit is not None and d.llm_calls >= limit:
+                # One model call per turn (or N): this step waits for the next turn.
+                entry["status"] = "deferred"
+                entry["attempts"] = attempt - first
+                if reason is not None:
+                    entry["error"] = reason
+                d.deferred = {
+                    "state": current,
+                    "step": step.name,
+                    "attempt": attempt,
+                    "error": reason,
+                    "outputs": copy.deepcopy(d.outputs),
+                    "values": copy.deepcopy(d.assigned),
+                }
+                return None
             entry["attempts"] = attempt
             if attempt == 1:
                 _bump(d.state["step_runs"], step.name)
@@ -740,6 +648,16 @@ class WorkflowPolicy:
         d.failure = f"step {step.name!r} failed: {reason}"
         return None
 
+    def _keep_output(self, d: _Decision, step: StepConfig, value: Any, text: str) -> None:
+        """A step's result, for the later steps of the turn: under its name and its output key."""
+        out = {step.name: value}
+        key = _output_key(step)
+        if key:
+            out[key] = text
+        out = {k: v for k, v in out.items() if k not in RESERVED_NAMES}
+        d.outputs.update(copy.deepcopy(out))
+        d.context.update(out)
+
     def _attempt(self, d: _Decision, step: StepConfig, current: str, last: str | None) -> Flow:
         note = (
             None
@@ -747,7 +665,9 @@ class WorkflowPolicy:
             else f"Your previous reply could not be used ({last}). Try again, following the format."
         )
         if step.type == "code":
-            self._run_code(d, step)
+            if (step.code or "").strip():
+                self._run_code(d, step)
+            self._code_action(d, step)
         elif step.type == "llm":
             actions = available_tools(d.observation)
             if not actions:
@@ -767,6 +687,14 @@ class WorkflowPolicy:
             d.reasoning = parsed.reasoning
             d.parse_path = parsed.path
             d.action_step = step.name
+            name, arguments = parsed.value
+            action = {"action_type": name, "name": name, "arguments": copy.deepcopy(arguments)}
+            self._keep_output(
+                d,
+                step,
+                {"reasoning": parsed.reasoning or "", "action": action},
+                parsed.reasoning or "",
+            )
         else:  # transition
             request = self._choose_request(d, step, note)
             response = yield from self._ask(d, request)
@@ -777,9 +705,17 @@ class WorkflowPolicy:
             why = self.machine.why_not(current, target, d.context)
             if why is not None:
                 raise StepFailed(f"choice {parsed.value!r}: {why}")
+            if parsed.reasoning:
+                d.steps[-1]["reason"] = parsed.reasoning
+            self._keep_output(
+                d,
+                step,
+                {"decision": parsed.value, "reasoning": parsed.reasoning or ""},
+                parsed.value,
+            )
             if target == current:
                 return None
-            return self._move(d, current, target, f"{step.name}: {parsed.value}")
+            return self._move(d, current, target, f"{step.name}: {parsed.value}", parsed.reasoning)
         if step.transition_to is None or step.transition_to == current:
             return None
         why = self.machine.why_not(current, step.transition_to, d.context)
@@ -788,6 +724,25 @@ class WorkflowPolicy:
             return None
         trigger = f"{step.name}: {step.run_if}" if step.run_if else f"{step.name}: done"
         return self._move(d, current, step.transition_to, trigger)
+
+    def _code_action(self, d: _Decision, step: StepConfig) -> None:
+        """A code step's named ``action:`` (``vivarium.workflow.code_actions``); ends the walk.
+
+        ``execute_decision``: the action decided so far is the turn's action (none yet: the
+        step fails). ``noop``: the turn's action is ``noop``, without a model call.
+        """
+        name = getattr(step, "action", None)
+        if not name:
+            return
+        if name == EXECUTE_DECISION:
+            if d.action is None:
+                raise StepFailed(f"{EXECUTE_DECISION}: no llm step has decided an action yet")
+        elif name == NOOP:
+            d.action, d.reasoning, d.parse_path = (FALLBACK_ACTION, {}), None, "code_action"
+            d.action_step = step.name
+        else:
+            raise StepFailed(describe_unknown(str(name)))
+        d.stop = f"{step.name}: {name}"
 
     def _ask(self, d: _Decision, request: Request) -> Generator[Request, Reply, LLMResponse]:
         response, error = yield request
@@ -814,11 +769,18 @@ class WorkflowPolicy:
         if reserved:
             raise StepFailed(f"code: cannot assign {reserved[0]!r} (set by the workflow)")
         values = {name: _to_json(assigned[name], name) for name in sorted(assigned)}
-        variables = {**d.state["variables"], **values}
+        declared = self.spec.workflow.variables
+        kept = (
+            values
+            if self.spec.workflow.keep_variables == "all"
+            else {k: v for k, v in values.items() if k in declared}
+        )
+        variables = {**d.state["variables"], **kept}
         size = len(canonical_json(variables))
         if size > MAX_VARIABLES_CHARS:
             raise StepFailed(f"code: variables too large ({size} chars > {MAX_VARIABLES_CHARS})")
         d.state["variables"] = variables
+        d.assigned.update(values)
         d.context.update(copy.deepcopy(values))
 
     # -- the result ----------------------------------------------------------------------------
@@ -836,10 +798,16 @@ class WorkflowPolicy:
         }
         if d.reset is not None:
             meta["agent_state_reset"] = d.reset
+        if d.deferred is not None and d.failure is None:
+            d.state["resume"] = d.deferred
+            meta["deferred"] = {k: d.deferred[k] for k in ("step", "state", "attempt")}
+        if d.stop is not None:
+            meta["stopped_by"] = d.stop
         for flag in ("should_pivot", "stuck_in_loop"):
             # Flags the analysis plots (pivots) must see: the agent state itself is not recorded.
-            if isinstance(d.state["variables"].get(flag), bool):
-                meta[flag] = d.state["variables"][flag]
+            value = d.assigned.get(flag, d.state["variables"].get(flag))
+            if isinstance(value, bool):
+                meta[flag] = value
 
         if d.failure is None and d.action is not None:
             name, arguments = d.action
@@ -855,6 +823,11 @@ class WorkflowPolicy:
             )
         if d.failure is not None:
             reason = d.failure
+        elif d.deferred is not None:
+            reason = (
+                f"no action: step {d.deferred['step']!r} deferred to the next turn "
+                f"(llm_calls_per_turn {self._call_budget_spent()})"
+            )
         else:
             reason = "no action: " + (d.end_note or "no llm step produced one")
         meta["parse_path"] = "fallback"
@@ -922,3 +895,48 @@ def _checked(reply: Any) -> LLMResponse:
 
 def _bump(counter: dict[str, Any], key: str) -> None:
     counter[key] = int(counter.get(key, 0)) + 1
+
+
+def _output_key(step: StepConfig) -> str | None:
+    """The variable an llm step's text goes to (``output_key:`` / ``output:``), if any."""
+    for name in ("output_key", "output"):
+        value = getattr(step, name, None)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def _tally(previous: Mapping[str, Any] | None, observation: Mapping[str, Any]) -> dict[str, Any]:
+    """Counts over the agent's whole life, carried in its agent state from turn to turn.
+
+    Each action of the observed history is counted once (by its ``time_step``, past the last
+    one counted); ``starting_balance`` is the balance at the agent's first decision, as the
+    agent ecology takes it for ``revenue_earned``.
+    """
+    old = dict(previous or {})
+
+    def count(key: str) -> int:  # a count a hand-edited checkpoint spoiled starts over
+        value = old.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    through = old.get("through")
+    taken, ok = count("actions_taken"), count("successful_actions")
+    for item in observation.get("action_history") or []:
+        if not isinstance(item, Mapping):
+            continue
+        t = item.get("time_step")
+        if not isinstance(t, int) or (isinstance(through, int) and t <= through):
+            continue
+        taken += 1
+        ok += bool(item.get("success"))
+        through = t if not isinstance(through, int) else max(through, t)
+    start = old.get("starting_balance")
+    if not isinstance(start, int | float):
+        balance = observation.get("balance")
+        start = balance if isinstance(balance, int | float) else None
+    return {
+        "through": through,
+        "actions_taken": taken,
+        "successful_actions": ok,
+        "starting_balance": start,
+    }

@@ -19,10 +19,19 @@ from vivarium.worlds.registry import ActionError, ActionRegistry, NoArguments
 MAX_MESSAGE_CHARS = 8000
 
 
+def _value_shown_as_required(schema: dict[str, Any]) -> None:
+    """Keep the tool an LLM sees as it always was: ``value`` required, no default."""
+    schema["properties"]["value"].pop("default", None)
+    schema["required"] = ["value", *[n for n in schema.get("required", []) if n != "value"]]
+
+
 # No docstring: pydantic would put it in the tool schema an LLM is shown.
+# ``value`` may be left out (None), as the original aam engine's example policy does with
+# ``emit_event`` and ``arguments={}``; the tool shown to LLMs still asks for it (unchanged, so
+# that recorded LLM requests keep their hashes).
 class EmitEventArgs(BaseModel):  # noqa: D101
-    model_config = ConfigDict(extra="forbid")
-    value: StrictInt = Field(description="An integer payload for the event.")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_value_shown_as_required)
+    value: StrictInt = Field(default=None, description="An integer payload for the event.")  # type: ignore[assignment]
     seen_time_step: StrictInt | None = Field(default=None, description="The step the agent saw.")
 
 

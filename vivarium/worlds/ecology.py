@@ -35,8 +35,11 @@ artifacts`` (all but memory artifacts, by id: ``{id, owner, kind, executable, pr
 methods}``), ``my_artifacts, last_action_result, failure_history, action_history, success_rate``
 (over every action so far; None before the first), ``economic_context`` (``total_scrip, agents,
 richest, my_rank, executable_artifacts, mean_price, min_price, max_price``), ``working_memory,
-memory`` (the last ``observed_memories`` entries), ``steps_total, time_remaining`` (steps left,
-this one included) and ``progress_percent``.
+memory`` (the last ``observed_memories`` entries, as a ``MemoryView``: a list whose ``search``
+ranks all of the agent's entries, through an index the world keeps up to date entry by entry, so
+an observation stays small however long the memory), ``steps_total, time_remaining`` (steps
+left, this one included) and ``progress_percent``. ``quotas`` (after ``balance``) holds
+``disk_quota, disk_used, disk_available, llm_tokens_quota, llm_tokens_used``.
 
 Memory records every action but a successful ``noop``: kind ``action`` (the summary, or
 ``<what> failed: <reason>``), ``message`` (the text the agent posted) and ``event`` (scrip it
@@ -57,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from vivarium import sandbox
 from vivarium.errors import ConfigError
-from vivarium.memory import memory_entry
+from vivarium.memory import AgentMemory, LexicalMemory, MemoryView, frozen_search, memory_entry
 from vivarium.seeding import canonical_json
 from vivarium.types import ActionRequest, ActionResult
 from vivarium.worlds.ledger import InsufficientScrip, Ledger
@@ -158,6 +161,8 @@ class _AgentState:
     last_action_result: dict[str, Any] | None = None
     actions_total: int = 0
     actions_succeeded: int = 0
+    # The search index of ``memory`` (not state: built from it on first use, then kept in step).
+    index: LexicalMemory | None = None
 
 
 # -- action arguments -------------------------------------------------------------------------
@@ -565,6 +570,7 @@ class EcologyWorld:
                 "tools": self._tools,
                 "messages": [dict(m) for m in self._messages[-limit:]] if limit > 0 else [],
                 "balance": self.ledger.balance(agent_id),
+                "quotas": self._quotas(agent_id, state),
                 "artifacts": self._listing(),
                 "my_artifacts": [i for i in self._ids() if self.artifacts[i].owner == agent_id],
                 "last_action_result": (
@@ -575,7 +581,11 @@ class EcologyWorld:
                 "success_rate": round(state.actions_succeeded / total, 4) if total else None,
                 "economic_context": self._economic_context(agent_id),
                 "working_memory": _loads(state.working_memory),
-                "memory": [dict(e) for e in state.memory[-recent:]] if recent > 0 else [],
+                "memory": MemoryView(
+                    state.memory[-recent:] if recent > 0 else (),
+                    search=frozen_search(self._index(state), self._lock),
+                    total=len(state.memory),
+                ),
                 "steps_total": self.total_steps,
                 "time_remaining": max(self.total_steps - time_step, 0),
                 "progress_percent": round(
@@ -686,6 +696,27 @@ class EcologyWorld:
         """All memory entries of an agent, oldest first (copies)."""
         with self._lock:
             return [dict(e) for e in self._state(agent_id).memory]
+
+    def search_memory(self, agent_id: str, query: str, k: int) -> list[dict[str, Any]]:
+        """The ``k`` entries of all of the agent's memory most relevant to ``query`` (BM25).
+
+        Raises:
+            ConfigError: ``agent_id`` is not an agent of this world.
+        """
+        state = self._state(agent_id)
+        with self._lock:
+            return self._index(state).search(query, k)
+
+    def agent_memory(self, agent_id: str, time_step: int = 0) -> AgentMemory:
+        """The agent's memory with the agent ecology's agent-level API (``record_observation``).
+
+        Entries it records go into the agent's memory artifact, as the world's own do.
+
+        Raises:
+            ConfigError: ``agent_id`` is not an agent of this world.
+        """
+        self._state(agent_id)
+        return AgentMemory(agent_id, _WorldMemory(self, agent_id), time_step)
 
     def working_memory(self, agent_id: str) -> dict[str, Any]:
         """The agent's working memory, oldest key first (a fresh copy).
@@ -841,12 +872,32 @@ class EcologyWorld:
         if self.memory_limit <= 0:
             return
         with self._lock:
-            memory = self._agents[agent_id].memory
-            memory.append(memory_entry(time_step, kind, _clip(text, MAX_MEMORY_TEXT_CHARS)))
-            if len(memory) > self.memory_limit:
-                del memory[: len(memory) - self.memory_limit]
+            state = self._agents[agent_id]
+            entry = memory_entry(time_step, kind, _clip(text, MAX_MEMORY_TEXT_CHARS))
+            state.memory.append(entry)
+            if len(state.memory) > self.memory_limit:
+                del state.memory[: len(state.memory) - self.memory_limit]
+            if state.index is not None:  # kept in step: drops the same oldest entries
+                state.index.add(entry)
 
     # -- internals ----------------------------------------------------------------------------
+    def _index(self, state: _AgentState) -> LexicalMemory:
+        """The agent's memory index, built on first use and then updated with each entry."""
+        if state.index is None:
+            state.index = LexicalMemory(state.memory, limit=max(self.memory_limit, 0))
+        return state.index
+
+    def _quotas(self, agent_id: str, state: _AgentState) -> dict[str, Any]:
+        """The agent's quotas and what it has used of them (the agent ecology shows both)."""
+        used = self._disk_used.get(agent_id, 0)
+        return {
+            "disk_quota": self.disk_quota_bytes,
+            "disk_used": used,
+            "disk_available": max(self.disk_quota_bytes - used, 0),
+            "llm_tokens_quota": self.llm_token_quota,
+            "llm_tokens_used": state.llm_tokens,
+        }
+
     def _state(self, agent_id: str) -> _AgentState:
         state = self._agents.get(agent_id)
         if state is None:
@@ -1067,3 +1118,20 @@ def _check_config(ids: list[str], options: Mapping[str, Any]) -> None:
     quota = options["llm_token_quota"]
     if quota is not None and (type(quota) is not int or quota < 0):
         raise ConfigError(f"ecology: llm_token_quota must be an int >= 0 or None, got {quota!r}")
+
+
+class _WorldMemory:
+    """A ``MemoryStore`` onto one agent's memory in the world (for ``agent_memory``)."""
+
+    def __init__(self, world: EcologyWorld, agent_id: str) -> None:
+        self.world, self.agent_id = world, agent_id
+
+    def add(self, entry: Mapping[str, Any]) -> None:
+        """Record ``entry`` in the agent's memory artifact (clipped, bounded as the world's)."""
+        self.world.remember(
+            self.agent_id, int(entry["time_step"]), str(entry.get("kind", "note")), entry["text"]
+        )
+
+    def search(self, query: str, k: int) -> list[dict[str, Any]]:
+        """The world's search over all of the agent's entries."""
+        return self.world.search_memory(self.agent_id, query, k)
