@@ -4,7 +4,9 @@ The README is the guide and becomes the site's first page (``index.md``); the no
 benchmark results are published at the same relative paths they have in the repository, so the
 README's relative links (``benchmarks/RESULTS.md``, ``notebooks/...``) work in the site too.
 The layers page is drawn from the import contracts in ``pyproject.toml``, the ones
-``lint-imports`` checks, so the picture cannot drift from the rule.
+``lint-imports`` checks, so the picture cannot drift from the rule. The worlds page (observation
+keys and actions of each built-in world) is ``vivarium.worlds.docs.worlds_page()``, drawn from
+the worlds' code by the same function users call as ``describe``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
+from vivarium.worlds.docs import worlds_page
+
 ROOT = Path(__file__).resolve().parents[1]
+WORLDS_PAGE = "worlds.md"  # generated: the built-in worlds' observation keys and actions
 
 # Repository files published at the same relative path, so that relative links to them work.
 SAME_PATH = [
@@ -65,7 +70,7 @@ def layers_page(pyproject: Path = ROOT / "pyproject.toml") -> str:
 
 @event_priority(100)  # before mkdocs-jupyter, which turns the added notebooks into pages
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Add the README (as ``index.md``), the layers page, the benchmark results, the notebooks.
+    """Add the README (as ``index.md``), the layers and worlds pages, the results, the notebooks.
 
     Args:
         files: The files MkDocs found in ``docs/``.
@@ -76,6 +81,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     """
     files.append(File.generated(config, "index.md", abs_src_path=str(ROOT / "README.md")))
     files.append(File.generated(config, "layers.md", content=layers_page()))
+    files.append(File.generated(config, WORLDS_PAGE, content=worlds_page()))
     for path in SAME_PATH:
         # A plain File rooted at the repository (not a generated one): mkdocs-jupyter reads the
         # notebook from its source directory.

@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 
 from vivarium import Experiment  # noqa: E402
 from vivarium.widgets import ControlPanel  # noqa: E402
+from vivarium.worlds.boltzmann import BoltzmannWorld  # noqa: E402
+from vivarium.worlds.grid import Grid  # noqa: E402
 
 
 def test_click_run_makes_a_run_and_a_figure(tmp_path: Path) -> None:
@@ -214,3 +216,114 @@ def test_an_action_space_for_another_world_is_refused(tmp_path: Path) -> None:
     assert panel.run() is None
     line = _error_line(panel)
     assert "action_space: &#x27;emit_event&#x27; is not an action of the ecology world" in line
+
+
+class _WalkingWealth(BoltzmannWorld):
+    """Boltzmann wealth on a 5x2 torus: a giver steps one cell along x with every unit given."""
+
+    agent_reporters = {  # noqa: RUF012
+        "wealth": lambda w: [w.wealth[a] for a in w.agent_ids],
+        "x": lambda w: [w.grid.cell_of(a)[0] for a in w.agent_ids],
+    }
+
+    def __init__(self, agent_ids: list[str]) -> None:
+        super().__init__(agent_ids, starting_wealth=2)
+        self.grid = Grid(5, 2)
+        for i, agent in enumerate(agent_ids):
+            self.grid.place(agent, (i % 5, i // 5))
+
+    def give(self, giver: str, receiver: str) -> None:
+        super().give(giver, receiver)
+        x, y = self.grid.cell_of(giver)
+        self.grid.move(giver, (x + 1, y))
+
+
+def test_a_grid_world_is_drawn_live_every_k_steps(tmp_path: Path) -> None:
+    from vivarium.build import WORLDS, register_world
+
+    register_world(
+        "panel_walkers", lambda config, plan, shared: _WalkingWealth([p.agent_id for p in plan])
+    )
+    try:
+        experiment = Experiment(name="walk", world="panel_walkers", policy="boltzmann")
+        panel = ControlPanel(experiment, folder=tmp_path, world_every=3)
+        assert panel.world_box.layout.display == "none"
+        panel.agents.value = 6
+        panel.steps.value = 7
+        run = panel.run()
+        assert run is not None
+        assert panel.world_steps == [2, 5, 6]  # every 3 steps, and after the last
+        assert panel.world_box.layout.display == ""
+        assert list(panel.color_by.options) == ["", "wealth"]  # x is a position, not a colour
+        assert panel.color_by.value == "wealth"
+        (output,) = panel.world_figure.outputs
+        assert base64.b64decode(output["data"]["image/png"]).startswith(b"\x89PNG")
+        ax = panel.last_world_figure.axes[0]
+        assert ax.get_title(loc="left") == "step 6"
+        # Where each agent should be, from the trace alone: start cell, one x step per unit given.
+        actions = run.actions
+        given = actions[(actions["action"] == "give") & actions["success"].astype(bool)]
+        moves = given.groupby("agent_id").size()
+        order = panel_order(run)
+        assert len(order) == 6 and moves.sum() > 0
+        expected = [((i % 5 + int(moves.get(a, 0))) % 5, i // 5) for i, a in enumerate(order)]
+        (dots,) = ax.collections
+        drawn = sorted((round(x), round(y)) for x, y in dots.get_offsets())
+        assert drawn == sorted(expected)
+        # coloured by final wealth: conserved, so the colours sum to what the agents started with
+        assert sum(dots.get_array().tolist()) == 2 * 6
+        # another colour after the run redraws the last step without a reporter
+        panel.color_by.value = ""
+        assert panel.world_steps[-1] == 6 and not panel.last_world_figure.axes[0].get_legend()
+        assert len(panel.last_world_figure.axes) == 1  # no colourbar
+    finally:
+        WORLDS.pop("panel_walkers", None)
+
+
+def panel_order(run: object) -> list[str]:
+    """The run's agents in plan order (the world's ``agent_ids``)."""
+    agents = run.agents  # type: ignore[attr-defined]
+    sort = "agent_idx" if "agent_idx" in agents.columns else "agent_id"
+    return list(agents.sort_values(sort)["agent_id"])
+
+
+def test_a_world_without_a_grid_shows_no_world_view(tmp_path: Path) -> None:
+    panel = ControlPanel(Experiment(name="plain", agents=2, steps=3), folder=tmp_path)
+    assert panel.run() is not None
+    assert panel.world_steps == [] and panel.world_box.layout.display == "none"
+    assert panel.world_figure.outputs == ()
+
+
+def test_world_every_must_be_a_count() -> None:
+    import pytest
+
+    from vivarium.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="world_every must be a whole number >= 1"):
+        ControlPanel(Experiment(), world_every=0)
+
+
+class _Misplaced(BoltzmannWorld):
+    """A world whose positions cannot be drawn: the view says so and the run goes on."""
+
+    def positions(self) -> dict[str, object]:
+        return dict.fromkeys(self.agent_ids, "nowhere")
+
+
+def test_a_world_view_that_fails_does_not_stop_the_run(tmp_path: Path) -> None:
+    from vivarium.build import WORLDS, register_world
+
+    register_world(
+        "panel_misplaced", lambda config, plan, shared: _Misplaced([p.agent_id for p in plan])
+    )
+    try:
+        experiment = Experiment(name="lost", world="panel_misplaced", agents=2, steps=2)
+        panel = ControlPanel(experiment, folder=tmp_path, world_every=1)
+        run = panel.run()
+        assert run is not None and len(run.actions) == 4
+        assert panel.world_steps == [0, 1] and panel.last_world_figure is None
+        (output,) = panel.world_figure.outputs
+        assert output["text"].startswith("world_view: a position is (x, y)")
+        assert "done" in panel.status.value
+    finally:
+        WORLDS.pop("panel_misplaced", None)

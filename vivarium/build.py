@@ -6,6 +6,8 @@ policy when called, so ``import vivarium.build`` stays light. A notebook, a scri
 adds its own with ``register_world`` / ``register_policy`` (``WORLDS`` and ``POLICIES`` hold only
 those, and shadow a built-in of the same name). Config validation knows none of this: a name is
 checked when the run is built (``check_names``), with one line that lists the known names.
+A world or policy given as a Python object (``Experiment(world=MyWorld)``) is named by its
+reference and built by ``vivarium.objects``.
 
 The run's agents come from its plan (``vivarium.plan.agent_plan``), each with its seeds: a
 policy factory takes the seed it needs from the planned agent, and ``recorded_seeds`` tells the
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from vivarium.config import LLMConfig
 from vivarium.errors import ConfigError, VivariumError
+from vivarium.objects import OBJECTS, suggest
 from vivarium.plan import PlannedAgent, agent_plan, load_spec
 
 if TYPE_CHECKING:
@@ -316,7 +319,22 @@ def known_names(kind: str) -> list[str]:
 
 
 def _unknown(kind: str, where: str, name: str) -> str:
-    return f"{where}: unknown {kind} '{name}' (known: {', '.join(known_names(kind))})"
+    hint = suggest("world" if kind == "world" else "policy", name, known_names(kind))
+    return f"{where}: unknown {kind} '{name}' {hint}"
+
+
+def _object_world(name: str) -> WorldFactory | None:
+    entry = OBJECTS.get(name)
+    if entry is None or entry.kind != "world":
+        return None
+    return lambda config, plan, shared: entry.build_world(config, plan)
+
+
+def _object_policy(name: str) -> PolicyFactory | None:
+    entry = OBJECTS.get(name)
+    if entry is None or entry.kind != "policy":
+        return None
+    return lambda config, agent, shared: entry.build_policy(agent)
 
 
 def world_factory(name: str) -> WorldFactory:
@@ -331,7 +349,7 @@ def world_factory(name: str) -> WorldFactory:
     Raises:
         ConfigError: No world has that name (one line, listing the known names).
     """
-    factory = WORLDS.get(name) or BUILTIN_WORLDS.get(name)
+    factory = WORLDS.get(name) or BUILTIN_WORLDS.get(name) or _object_world(name)
     if factory is None:
         raise ConfigError(f"config: {_unknown('world', 'world', name)}")
     return factory
@@ -349,7 +367,7 @@ def policy_factory(name: str) -> PolicyFactory:
     Raises:
         ConfigError: No policy has that name (one line, listing the known names).
     """
-    factory = POLICIES.get(name)
+    factory = POLICIES.get(name) or _object_policy(name)
     if factory is not None:
         return factory
     builtin = BUILTIN_POLICIES.get(name)
@@ -373,13 +391,17 @@ def check_names(config: ExperimentConfig, where: str = "config") -> None:
             ``policy``, ``agents.1.policy``), with the known names.
     """
     problems = []
-    if config.world not in WORLDS and config.world not in BUILTIN_WORLDS:
+    if (
+        config.world not in WORLDS
+        and config.world not in BUILTIN_WORLDS
+        and _object_world(config.world) is None
+    ):
         problems.append(_unknown("world", "world", config.world))
     names = [("policy", config.policy)]
     if isinstance(config.agents, list):
         names += [(f"agents.{i}.policy", g.policy) for i, g in enumerate(config.agents)]
     for field, name in names:
-        if name not in POLICIES and name not in BUILTIN_POLICIES:
+        if name not in POLICIES and name not in BUILTIN_POLICIES and _object_policy(name) is None:
             problems.append(_unknown("policy", field, name))
     if problems:
         raise ConfigError(f"{where}: " + "; ".join(problems))
@@ -445,8 +467,9 @@ def build_world(config: ExperimentConfig, shared: dict[str, Any] | None = None) 
 def recorded_seeds(plan: Sequence[PlannedAgent]) -> dict[str, int]:
     """The seed each agent of a built-in policy runs on, for the trace's agents table.
 
-    An agent of a registered policy is left out: the engine records what its policy reports
-    (its ``seed``, or ``request_seed(agent_id)``).
+    An agent of a policy given as an object runs on its agent seed (the ``seed`` it is
+    offered). An agent of a registered policy is left out: the engine records what its policy
+    reports (its ``seed``, or ``request_seed(agent_id)``).
 
     Args:
         plan: The run's planned agents.
@@ -457,6 +480,12 @@ def recorded_seeds(plan: Sequence[PlannedAgent]) -> dict[str, int]:
     seeds = {}
     for p in plan:
         builtin = BUILTIN_POLICIES.get(p.group.policy)
-        if builtin is not None and p.group.policy not in POLICIES:
+        if p.group.policy in POLICIES:
+            continue
+        if builtin is not None:
             seeds[p.agent_id] = builtin.seed(p.seeds)
+        else:
+            entry = OBJECTS.get(p.group.policy)
+            if entry is not None and entry.kind == "policy" and entry.form != "instance":
+                seeds[p.agent_id] = p.seeds.agent
     return seeds

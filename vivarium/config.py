@@ -132,6 +132,10 @@ class AgentGroup(BaseModel):
         pattern="^[0-9a-f]{64}$",
         description="SHA-256 of the agent folder's files, as recorded with a run (set by Vivarium)",
     )
+    policy_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra keyword arguments for a policy given as a class or factory",
+    )
 
 
 class ExperimentConfig(BaseModel):
@@ -149,6 +153,10 @@ class ExperimentConfig(BaseModel):
     )
     world_options: dict[str, Any] = Field(
         default_factory=dict, description="extra keyword arguments for the world"
+    )
+    policy_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra keyword arguments for `policy` given as a class or factory",
     )
     checkpoint_every: int | None = Field(
         default=None, ge=1, description="save world and agent state every K steps (resume)"
@@ -217,11 +225,14 @@ class ExperimentConfig(BaseModel):
         Returns:
             The dumped config without ``db``, ``run_id``, ``base_dir`` and
             ``max_concurrency`` (how fast, not what: see the field), with the LLM's
-            identity only, each agent folder's current digest, and ``enabled: false`` on the
-            groups left out.
+            identity only, each agent folder's current digest, ``enabled: false`` on the
+            groups left out, and ``policy_options`` only where some are given.
         """
         data = self.model_dump(exclude={"db", "run_id", "llm", "base_dir", "max_concurrency"})
-
+        # Policy options are newer than most recorded runs: only runs that give some say so,
+        # and every other run keeps its id.
+        if not data["policy_options"]:
+            del data["policy_options"]
         if self.llm is not None:
             data["llm"] = self.llm.identity()
         if isinstance(self.agents, list):
@@ -230,6 +241,8 @@ class ExperimentConfig(BaseModel):
                 dumped["spec_digest"] = self.agent_spec_digest(group)
                 # Only a group left out says so: the run ids of other runs stay what they were.
                 del dumped["enabled"]
+                if not dumped["policy_options"]:
+                    del dumped["policy_options"]
                 if not self.group_enabled(group):
                     dumped["enabled"] = False
         return data

@@ -12,8 +12,10 @@ The tree (``module:`` where a class is not defined here)::
     Exception
     ├── VivariumError                      a problem the user can fix, as one line
     │   ├── ConfigError (ValueError)       a config, flag or argument is invalid
-    │   │   └── UnsafeExpression           sandbox: text uses a construct not allowed
-    │   │                                  (vivarium.sandbox.limits)
+    │   │   ├── UnsafeExpression           sandbox: text uses a construct not allowed
+    │   │   │                              (vivarium.sandbox.limits)
+    │   │   └── ReporterError              a reporter raised or returned what cannot be
+    │   │                                  recorded (vivarium.engine.reporters)
     │   ├── EvaluationError (ValueError)   sandbox: allowed text failed while running
     │   │                                  (vivarium.sandbox.limits)
     │   ├── TransitionError (ValueError)   a state change the workflow does not allow

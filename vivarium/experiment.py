@@ -46,13 +46,30 @@ class Experiment:
     def __init__(self, config: ExperimentConfig | None = None, /, **fields: Any) -> None:
         """Make an experiment from a config, from config fields, or from both.
 
+        ``world``, ``policy`` and each agent group's ``policy`` may be a class, a factory or an
+        instance as well as a name (see ``vivarium.objects``): the config names it by reference.
+
         Args:
             config: A config to start from (default: the default config).
-            **fields: Config fields, replacing the config's.
+            **fields: Config fields, replacing the config's; and ``model_reporters`` /
+                ``agent_reporters`` (name -> callable of the world, see
+                ``vivarium.engine.reporters``), added to the world's: not config fields,
+                they stay out of the run id (the trace records their names).
 
         Raises:
             ConfigError: A field is unknown or has a bad value (one line naming it).
         """
+        from vivarium.engine.reporters import check_reporters
+        from vivarium.objects import name_objects
+
+        self.model_reporters = check_reporters(
+            fields.pop("model_reporters", None), "model_reporters"
+        )
+        self.agent_reporters = check_reporters(
+            fields.pop("agent_reporters", None), "agent_reporters"
+        )
+
+        fields = name_objects(fields)
         if config is not None and fields:
             merged = {**config.model_dump(), **fields}
             self.config = make_config(ExperimentConfig, merged)
@@ -124,24 +141,38 @@ class Experiment:
         Nested fields use ``__`` in keyword names: ``llm__temperature=[0, 0.7]``. Runs without a
         ``seed`` axis get seeds derived from ``sweep_seed`` (default: this experiment's seed),
         each run's parameters and its replication. Every run failed: ``SweepFailed``; some
-        failed or fell back: a ``SweepWarning`` with the count and the first error.
+        failed or fell back: a ``SweepWarning`` with the count and the first error. A
+        ``world`` or ``policy`` axis may list classes or factories as well as names.
         """
+        from vivarium.objects import name_object
         from vivarium.sweep import run_sweep
 
         values = {key.replace("__", "."): list(v) for key, v in grid.items()}
-        return run_sweep(
-            self.config,
-            values or None,
-            configs,
-            folder=folder,
-            backend=backend,  # type: ignore[arg-type]
-            max_workers=max_workers,
-            ray_address=ray_address,
-            seed=sweep_seed,
-            replications=replications,
-            progress=progress,
-            open_run=Run.open,  # the sweep's runs are ``Run``s, as ``run()``'s are
-        )
+        for key in ("world", "policy"):  # an axis of classes or factories
+            if key in values:
+                values[key] = [name_object(key, v) for v in values[key]]
+        if (self.model_reporters or self.agent_reporters) and backend != "inline":
+            from vivarium.errors import ConfigError
+
+            raise ConfigError(
+                "sweep: the experiment's model_reporters/agent_reporters reach runs in this "
+                "process only: use backend='inline', or declare them on the world "
+                "(its model_reporters / agent_reporters attributes), which every backend records"
+            )
+        with self._reporters():
+            return run_sweep(
+                self.config,
+                values or None,
+                configs,
+                folder=folder,
+                backend=backend,  # type: ignore[arg-type]
+                max_workers=max_workers,
+                ray_address=ray_address,
+                seed=sweep_seed,
+                replications=replications,
+                progress=progress,
+                open_run=Run.open,  # the sweep's runs are ``Run``s, as ``run()``'s are
+            )
 
     def controls(self, **kwargs: Any) -> ControlPanel:
         """An ipywidgets control panel for this experiment (see ``vivarium.widgets``).
@@ -184,7 +215,14 @@ class Experiment:
         ``shared`` receives what the agents share (the gateway stack), so the caller can close
         it when the run ends.
         """
-        return runner.build_engine(self.config, trace_db, shared)
+        with self._reporters():
+            return runner.build_engine(self.config, trace_db, shared)
+
+    def _reporters(self) -> Any:
+        """The experiment's reporters in force for the engines built inside the block."""
+        from vivarium.engine.reporters import experiment_reporters
+
+        return experiment_reporters(self.model_reporters, self.agent_reporters)
 
     def run(
         self,
@@ -204,16 +242,17 @@ class Experiment:
         server that is not there) is checked before the file is touched. See
         ``vivarium.runner.run_experiment`` for the errors and warnings.
         """
-        return runner.run_experiment(
-            self.config,
-            db,
-            overwrite=overwrite,
-            folder=folder,
-            progress=progress,
-            on_step=on_step,
-            open_run=Run.open,
-            stacklevel=2,
-        )
+        with self._reporters():
+            return runner.run_experiment(
+                self.config,
+                db,
+                overwrite=overwrite,
+                folder=folder,
+                progress=progress,
+                on_step=on_step,
+                open_run=Run.open,
+                stacklevel=2,
+            )
 
 
 class Run(TraceRun):
@@ -231,15 +270,42 @@ class Run(TraceRun):
         except Exception:
             return None
 
-    def resume(self, *, progress: bool | None = None, llm: dict[str, Any] | None = None) -> Run:
+    def resume(
+        self,
+        *,
+        progress: bool | None = None,
+        llm: dict[str, Any] | None = None,
+        world: Any = None,
+        policy: Any = None,
+        model_reporters: dict[str, Any] | None = None,
+        agent_reporters: dict[str, Any] | None = None,
+    ) -> Run:
         """Finish this run if it was interrupted; returns the reopened run.
 
+        ``model_reporters`` / ``agent_reporters``: the experiment's reporters the run recorded
+        (they are not in the config; a resume without them is refused, naming them).
+
         See ``vivarium.runner.resume_run``: the run goes on from its last checkpoint with the
-        LLM settings it recorded, ``llm`` overriding them (and giving the API key).
+        LLM settings it recorded, ``llm`` overriding them (and giving the API key). A run of
+        a world or policy given as a Python object needs it again, in a new process: pass
+        ``world=`` and ``policy=`` (a list for several policies); the same code resumes.
         """
-        return runner.resume_run(
-            self.path, progress=progress, llm=llm, open_run=type(self).open, stacklevel=2
-        )
+        from vivarium.objects import name_object
+
+        if world is not None:
+            name_object("world", world)
+        for each in policy if isinstance(policy, (list, tuple)) else [policy]:
+            if each is not None:
+                name_object("policy", each)
+        from vivarium.engine.reporters import check_reporters, experiment_reporters
+
+        with experiment_reporters(
+            check_reporters(model_reporters, "model_reporters"),
+            check_reporters(agent_reporters, "agent_reporters"),
+        ):
+            return runner.resume_run(
+                self.path, progress=progress, llm=llm, open_run=type(self).open, stacklevel=2
+            )
 
     def summary(self, **kwargs: Any) -> Any:
         """``vivarium.analysis.summary`` of this run (one row), with its ``health``.

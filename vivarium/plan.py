@@ -61,7 +61,11 @@ def agent_plan(
     groups = (
         config.agents
         if isinstance(config.agents, list)
-        else [AgentGroup(policy=config.policy, count=config.agents)]
+        else [
+            AgentGroup(
+                policy=config.policy, count=config.agents, policy_options=config.policy_options
+            )
+        ]
     )
     plan: list[PlannedAgent] = []
     disabled: list[str] = []

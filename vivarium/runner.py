@@ -320,6 +320,7 @@ def run_experiment(
     folder: str | os.PathLike[str] | None = None,
     progress: bool | None = None,
     on_step: Callable[[int, Any], None] | None = None,
+    on_start: Callable[[Any], None] | None = None,
     open_run: Callable[[Path], R] = _open_trace_run,
     stacklevel: int = 1,
 ) -> R:
@@ -337,6 +338,8 @@ def run_experiment(
         progress: Show a progress bar (None: see ``progress_enabled``).
         on_step: Called after each step with the step and its record (the control panel's
             live figure).
+        on_start: Called with the engine once it is built, before the first step (the
+            control panel draws its live world from ``engine.world``).
         open_run: Reads the finished trace into the returned run (default: ``TraceRun.open``).
         stacklevel: As for ``warnings.warn``, counted from the caller of this function: where
             a ``TracePathWarning`` or a ``RunHealthWarning`` points.
@@ -361,6 +364,8 @@ def run_experiment(
         trace = TraceDb(path, deterministic_timestamps=config.deterministic_timestamps)
         record_llm_settings(trace, llm_settings(config))
         engine.trace_db = trace
+        if on_start is not None:
+            on_start(engine)
         if progress_enabled(progress):
             bar = _progress_bar(config, config.name)
         _drive(engine, config, config.steps, bar, on_step)

@@ -14,6 +14,9 @@ The panel offers only what can run and never changes what the user typed:
 - random agents in the ecology draw the ecology's actions (``build.random_action_space``);
 - a bad value (negative steps, zero agents) is refused with one line, not clamped; 0 steps is
   a valid, empty run;
+- a world with a grid (``world.grid`` or ``world.positions()``, see ``vivarium.worlds.grid``)
+  is drawn while the run steps (``analysis.world_view``, every ``world_every`` steps),
+  coloured by the agent reporter picked in ``color by``;
 - a result whose settings were edited since is marked ``settings changed since this
   result``; a run that is not a clean result (``Run.health``) is shown in red;
 - every Run keeps its own trace (``Experiment.run``'s default path never replaces another
@@ -25,6 +28,7 @@ The panel offers only what can run and never changes what the user typed:
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 from collections.abc import Callable
@@ -84,6 +88,7 @@ class ControlPanel:
         *,
         folder: str | Path = "runs",
         open_run: Callable[[Path], TraceRun] = TraceRun.open,
+        world_every: int | None = None,
     ) -> None:
         """Build the form from an experiment's config.
 
@@ -93,6 +98,9 @@ class ControlPanel:
             folder: Where the panel's runs go.
             open_run: Reads each finished trace into the run the panel returns
                 (``Experiment.controls`` passes ``Run.open``, so its runs are ``Run``s).
+            world_every: Redraw the world view every this many steps (and after the last);
+                None: as often as the live figure (a tenth of the steps). Only for worlds
+                with a grid.
         """
         w = require("ipywidgets")
 
@@ -100,6 +108,8 @@ class ControlPanel:
 
         if experiment is None:
             experiment = make_config(ExperimentConfig, {})
+        # An Experiment's own reporters (callables, outside its config) go with the panel's runs.
+        self._reporters: Any = getattr(experiment, "_reporters", None)
         if not isinstance(experiment, ExperimentConfig):
             experiment = experiment.config
         self.base_config: ExperimentConfig = experiment
@@ -108,6 +118,17 @@ class ControlPanel:
         self.run_result: TraceRun | None = None
         self.runs: list[TraceRun] = []
         self.last_figure: Any = None
+        self.last_world_figure: Any = None
+        self.world_steps: list[int] = []  # the steps the world view was drawn after, last run
+        if world_every is not None and (
+            not isinstance(world_every, int) or isinstance(world_every, bool) or world_every < 1
+        ):
+            from vivarium.errors import ConfigError
+
+            raise ConfigError(
+                f"panel: world_every must be a whole number >= 1, not {world_every!r}"
+            )
+        self.world_every = world_every
         self._summary_html = ""
         self._running = False
         c = self.base_config
@@ -120,8 +141,11 @@ class ControlPanel:
         style = {"description_width": "90px"}
         # Groups with agent folders or their own action spaces were written for one world.
         fixed_world = any(g.agent or g.action_space for g in groups)
+        worlds = known_names("world")
+        if c.world not in worlds:  # a world given as an object, shown by its class's name
+            worlds.append(c.world)
         self.world = w.Dropdown(
-            options=known_names("world"),
+            options=_choices(worlds),
             value=c.world,
             description="world",
             style=style,
@@ -135,7 +159,7 @@ class ControlPanel:
         if policy not in offered:  # shown as configured, so that running it says what is wrong
             offered.append(policy)
         self.policy = w.Dropdown(
-            options=offered,
+            options=_choices(offered),
             value=policy,
             description="policy",
             style=style,
@@ -179,10 +203,17 @@ class ControlPanel:
         self.progress = w.IntProgress(value=0, min=0, max=c.steps, description="0 steps")
         self.status = w.HTML(value="")
         self.figure = w.Output(layout={"min_height": "60px"})
+        # The world view: shown once a run's world turns out to have a grid.
+        self.color_by = w.Dropdown(options=[""], value="", description="color by", style=style)
+        self.world_figure = w.Output()
+        self.world_box = w.VBox([self.color_by, self.world_figure])
+        self.world_box.layout.display = "none"
+        self._live_world: Any = None
         self.summary = w.HTML(value="")
         self.llm_box = w.VBox([self.model, self.mock, self.api_base, self.api_key, self.cache_mode])
         self.run_button.on_click(lambda _button: self.run())
         self.policy.observe(lambda _change: self._show_llm_fields(), names="value")
+        self.color_by.observe(lambda _change: self._recolour(), names="value")
         self.api_key.observe(self._take_key, names="value")
         for field in (
             self.world,
@@ -211,6 +242,7 @@ class ControlPanel:
                 w.HBox([self.run_button, self.progress]),
                 self.status,
                 self.figure,
+                self.world_box,
                 self.summary,
             ]
         )
@@ -352,6 +384,9 @@ class ControlPanel:
         self.status.value = "running..."
         self.summary.value = self._summary_html = ""
         self.figure.outputs = ()
+        self.world_figure.outputs = ()
+        self.world_steps = []
+        self._live_world = None
         try:
             config = self.config()
             self.progress.max = config.steps
@@ -360,15 +395,23 @@ class ControlPanel:
             self.progress.bar_style = ""
             counts: dict[int, dict[str, int]] = {}
             every = max(1, config.steps // 10)
+            world_every = self.world_every or every
+            live: dict[str, Any] = {}
+
+            def on_start(engine: Any) -> None:
+                live["world"] = engine.world
 
             def on_step(step: int, record: Any) -> None:
                 counts[step] = _action_counts(record)
                 self.progress.value = step + 1
                 self.progress.description = f"{step + 1} steps"
-                if (step + 1) % every == 0 or step + 1 == config.steps:
+                last = step + 1 == config.steps
+                if (step + 1) % every == 0 or last:
                     self._show_live(counts)
+                if (step + 1) % world_every == 0 or last:
+                    self._show_world(live.get("world"), step)
 
-            run, moved = self._run(config, on_step)
+            run, moved = self._run(config, on_step, on_start)
             self.run_result = run
             self.runs.append(run)
             self._show_final(run)
@@ -383,7 +426,9 @@ class ControlPanel:
             self.run_button.disabled = False
         return None
 
-    def _run(self, config: ExperimentConfig, on_step: Any) -> tuple[TraceRun, str | None]:
+    def _run(
+        self, config: ExperimentConfig, on_step: Any, on_start: Any = None
+    ) -> tuple[TraceRun, str | None]:
         """Run ``config`` into its default trace path under the panel's folder.
 
         That path never replaces another run's trace. Returns the run and, when its default
@@ -394,10 +439,16 @@ class ControlPanel:
 
         from vivarium.errors import RunHealthWarning, TracePathWarning
 
-        with warnings.catch_warnings(record=True) as caught:
+        reporting = self._reporters() if self._reporters is not None else contextlib.nullcontext()
+        with warnings.catch_warnings(record=True) as caught, reporting:
             warnings.simplefilter("always")
             run = run_experiment(
-                config, folder=self.folder, progress=False, on_step=on_step, open_run=self._open_run
+                config,
+                folder=self.folder,
+                progress=False,
+                on_step=on_step,
+                on_start=on_start,
+                open_run=self._open_run,
             )
         moved = None
         for item in caught:
@@ -458,6 +509,49 @@ class ControlPanel:
         ).with_columns(pl.lit("live").alias("run_id"), pl.lit(True).alias("success"))
         self._set_figure(action_mix(actions))
 
+    def _show_world(self, world: Any, step: int) -> None:
+        """Draw ``world`` after ``step`` when it has a grid (else leave the view hidden)."""
+        from vivarium.analysis.world_view import world_positions, world_view
+
+        if world is None or world_positions(world) is None:
+            return
+        if world is not self._live_world:  # a new run: offer its agent reporters
+            self._live_world = world
+            names = list(getattr(world, "agent_reporters", None) or {})
+            offered = ["", *(n for n in names if n not in ("x", "y"))]
+            before = self.color_by.value
+            self.color_by.options = offered
+            # The reporter picked for the last run if this one has it, else its first one.
+            self.color_by.value = (
+                before if before in offered[1:] else offered[min(1, len(offered) - 1)]
+            )
+            self.world_box.layout.display = ""
+        plt = require("matplotlib.pyplot")
+
+        self.world_steps.append(step)
+        try:
+            fig = world_view(world, color_by=self.color_by.value or None, title=f"step {step}")
+        except Exception as exc:  # a view that cannot be drawn says why; the run goes on
+            line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            if not isinstance(exc, VivariumError):  # ours name the view already
+                line = f"world view: {type(exc).__name__}: {line}"
+            self.last_world_figure = None
+            self.world_figure.outputs = (
+                {"output_type": "stream", "name": "stderr", "text": f"{line}\n"},
+            )
+            return
+        self.last_world_figure = fig
+        self.world_figure.outputs = (_figure_output(fig),)
+        plt.close(fig)
+
+    def _recolour(self) -> None:
+        """Another ``color by`` after a run: redraw the run's last world view in it."""
+        if self._running or self._live_world is None or not self.world_steps:
+            return
+        step = self.world_steps[-1]
+        self.world_steps.pop()
+        self._show_world(self._live_world, step)
+
     def _show_final(self, run: TraceRun) -> None:
         from vivarium.analysis import summary
         from vivarium.analysis.plots import behaviour_timeline
@@ -478,6 +572,19 @@ class ControlPanel:
         from IPython.display import display
 
         display(self.widget)
+
+
+def _choices(names: list[str]) -> list[str] | list[tuple[str, str]]:
+    """A dropdown's options: the names, or (label, name) pairs once an object is among them.
+
+    A world or policy given as a Python object is named by a reference
+    (``module.Class@digest``, see ``vivarium.objects``); the panel shows its class's name.
+    """
+    from vivarium.objects import display_name, is_reference
+
+    if not any(is_reference(n) for n in names):
+        return names
+    return [(display_name(n), n) for n in names]
 
 
 def _world_actions(world: str) -> tuple[str, ...] | None:

@@ -424,3 +424,50 @@ def test_a_shared_policy_records_each_agents_derived_seed(tmp_path: Any) -> None
     agents = Run.open(tmp_path / "shared.sqlite").agents
     expected = {a: str(derive_seed(3, a) & 0x7FFFFFFF) for a in ("x", "y")}
     assert dict(zip(agents["agent_id"], agents["seed"], strict=True)) == expected
+
+
+class _QuietWorld:
+    """A world of one's own whose observations do not list its tools."""
+
+    from vivarium.worlds.registry import ActionRegistry, NoArguments
+
+    registry = ActionRegistry()
+
+    def __init__(self, agent_ids: list[str]) -> None:
+        self.rested = dict.fromkeys(agent_ids, 0)
+
+    def observe(self, agent_id: str, time_step: int) -> dict:
+        return {"time_step": time_step, "agent_id": agent_id, "rested": self.rested[agent_id]}
+
+    def apply(self, request):  # noqa: ANN001, ANN201
+        return self.registry.dispatch(self, request)
+
+    def state_digest(self) -> str:
+        return str(sorted(self.rested.items()))
+
+
+def _rest(world: _QuietWorld, request, args) -> object:  # noqa: ANN001
+    from vivarium.types import ActionResult
+
+    world.rested[request.agent_id] += 1
+    return ActionResult.ok()
+
+
+_QuietWorld.registry.action("rest", "Rest for a step.")(_rest)
+
+
+def test_an_llm_agent_gets_the_worlds_actions_when_the_observation_lists_none(tmp_path) -> None:  # noqa: ANN001
+    """The tools an LLM sees come from the world's actions: a world whose observation has no
+    ``tools`` key still offers its registry's actions, and the mock calls one of them."""
+    from vivarium import Experiment
+
+    run = Experiment(
+        world=_QuietWorld,
+        policy="cognitive",
+        agents=2,
+        steps=2,
+        llm={"model": "mock", "mock": True, "force_tool": True},
+    ).run(tmp_path / "quiet.sqlite", progress=False)
+    actions = run.actions
+    assert set(actions["action"]) == {"rest"} and actions["success"].all()
+    assert not actions["fallback"].any()

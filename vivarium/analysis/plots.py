@@ -9,6 +9,7 @@ merged frames, a list of runs) and returns a matplotlib ``Figure``.
 - ``pivot_raster`` - agent x step marks where agents pivoted, coloured by the state returned to
 - ``message_volume`` - messages per step (mean over runs, CI band)
 - ``token_use`` - LLM tokens (top) and cost in USD (bottom) per step
+- ``world_view`` - agents on their grid cells, coloured by a reporter (``world_view`` module)
 
 Figures are drawn in the paper style (``vivarium.analysis.style``: 7.5-9 pt fonts, Okabe-Ito
 colours, a single column 3.3 in wide by default, ``width="double"`` for 6.9 in); rcParams are only
@@ -42,6 +43,7 @@ from vivarium.analysis.style import (
     paper_style,
     save_figure,
 )
+from vivarium.analysis.world_view import world_view
 from vivarium.optional import require
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "save_figure",
     "success_curves",
     "token_use",
+    "world_view",
 ]
 
 Width = Literal["single", "double"] | float

@@ -41,7 +41,6 @@ from vivarium.policies.prompting import (
     available_tools,
     build_messages,
     default_registry,
-    tool_specs_for,
     uses_sections,
 )
 from vivarium.policies.sections import (
@@ -210,8 +209,12 @@ class _CognitiveCore:
 
     def plan(self, agent_id: str, observation: Mapping[str, Any]) -> _Plan:
         names = available_tools(observation, self.config.tools)
+        if not names and "tools" not in observation and self.registry is not None:
+            # A world of one's own need not list its tools in the observation: the actions of
+            # its registry (handed over when the run is built) are what the model may call.
+            names = available_tools({"tools": self.registry.names()}, self.config.tools)
         described = [n for n in names if n in self.registry]
-        specs = tool_specs_for(observation, self.registry, self.config.tools)
+        specs = self.registry.tool_specs(described)
         choice = self.tool_choice(described)
         forced = choice["function"]["name"] if isinstance(choice, dict) else None
         messages = build_messages(

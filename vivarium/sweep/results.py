@@ -35,7 +35,16 @@ if TYPE_CHECKING:
 
 __all__ = ["RUN_COLUMNS", "SWEEP_FRAMES", "RunOpener", "Sweep", "SweepRun"]
 
-SWEEP_FRAMES = ("actions", "messages", "llm_calls", "transitions", "steps", "agents")
+SWEEP_FRAMES = (
+    "actions",
+    "messages",
+    "llm_calls",
+    "transitions",
+    "steps",
+    "agents",
+    "model_vars",  # the reporters' frames: a column per reporter (runs may differ: nulls)
+    "agent_vars",
+)
 # Columns every merged frame starts with (after the trace's own run_id).
 RUN_COLUMNS = ("run", "replication", "seed")
 

@@ -101,16 +101,22 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
     Args:
         runs: The sweep's planned runs.
 
+    A world or policy given as a Python object (``Experiment(world=MyWorld)``) travels the
+    same way, under ``"object"`` (see ``vivarium.objects``); one from a module made at run time
+    (a notebook's) travels by value too.
+
     Returns:
-        The pickled ``{"world": {name: factory}, "policy": {...}}``, or None when every world
-        and policy the runs use is built in.
+        The pickled ``{"world": {name: factory}, "policy": {...}, "object": {ref: object}}``,
+        or None when every world and policy the runs use is built in.
 
     Raises:
         ConfigError: A factory cannot be pickled (naming it, and ``backend='inline'``).
     """
     from vivarium.build import POLICIES, WORLDS
+    from vivarium.objects import dumps_by_value, pack_objects
 
     user: dict[str, dict[str, Any]] = {"world": {}, "policy": {}}
+    names: set[str] = set()
     for run in runs:
         c = run.config
         groups = c.agents if isinstance(c.agents, list) else None
@@ -118,24 +124,27 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
         policies = {g.policy for g in groups} if groups else {c.policy}
         used += [("policy", name, POLICIES) for name in sorted(policies)]
         for kind, name, table in used:
+            names.add(name)
             factory = table.get(name)  # registered in this process (None: built in)
             if factory is not None:
                 user[kind].setdefault(name, factory)
-    if not user["world"] and not user["policy"]:
+    objects = pack_objects(names)
+    if not user["world"] and not user["policy"] and not objects:
         return None
-    import cloudpickle
-
-    for kind, table in user.items():
+    for kind, table in [*user.items(), ("object", objects)]:
         for name, factory in sorted(table.items()):
             try:
-                cloudpickle.dumps(factory)
+                dumps_by_value(factory)
             except Exception as exc:
+                what = factory.kind if kind == "object" else kind
                 raise ConfigError(
-                    f"sweep: the {kind} '{name}' cannot be sent to worker processes "
-                    f"({error_line(exc)}): make what its factory uses picklable, or use "
+                    f"sweep: the {what} '{name}' cannot be sent to worker processes "
+                    f"({error_line(exc)}): make what it uses picklable, or use "
                     "backend='inline'"
                 ) from None
-    return cloudpickle.dumps(user)
+    if objects:
+        user["object"] = objects
+    return dumps_by_value(user)
 
 
 def _apply_registrations(blob: bytes | None) -> None:
@@ -148,8 +157,10 @@ def _apply_registrations(blob: bytes | None) -> None:
     import cloudpickle  # noqa: F401  (objects pickled by value need it to load)
 
     from vivarium.build import register_policy, register_world
+    from vivarium.objects import unpack_objects
 
     user = pickle.loads(blob)
+    unpack_objects(user.get("object", {}))
     for name, factory in user["world"].items():
         register_world(name, factory)
     for name, factory in user["policy"].items():

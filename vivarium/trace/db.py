@@ -22,6 +22,7 @@ from vivarium.trace.schema import (
     APPLICATION_ID,
     DDL,
     LLM_CALLS,
+    REPORTER_TABLES,
     SCHEMA_VERSION,
     SEQ_BITS,
     STEPS,
@@ -43,6 +44,16 @@ def _insert(table: Table) -> str:
 _INSERT_LLM_CALL = _insert(LLM_CALLS)
 _INSERT_TRANSITION = _insert(TRANSITIONS)
 _INSERT_STEP = f"INSERT OR REPLACE INTO steps VALUES ({', '.join('?' * len(STEPS.columns))})"
+_INSERT_MODEL_VARS = "INSERT OR REPLACE INTO model_vars VALUES (?, ?, ?, ?)"
+_INSERT_AGENT_VARS = "INSERT OR REPLACE INTO agent_vars VALUES (?, ?, ?, ?)"
+_CREATE_REPORTER_TABLES = [
+    t.ddl().replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1) for t in REPORTER_TABLES
+]
+
+
+def _has_table(con: sqlite3.Connection, name: str) -> bool:
+    row = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+    return row.fetchone() is not None
 
 
 def now_iso() -> str:
@@ -276,6 +287,13 @@ def _truncate(con: sqlite3.Connection, step: int) -> None:
     """Drop every row after ``step`` and mark the run running again (inside a transaction)."""
     for table in ("steps", "messages", "llm_calls", "transitions", "checkpoints"):
         con.execute(f"DELETE FROM {table} WHERE step > ?", (step,))  # noqa: S608
+    # Reporter rows follow their steps; a run redone from the start also redoes its init row (-1).
+    for reporters in REPORTER_TABLES:
+        if _has_table(con, reporters.name):
+            con.execute(
+                f"DELETE FROM {reporters.name} WHERE step > ?",  # noqa: S608
+                (step if step >= 0 else -2,),
+            )
     con.execute(
         "UPDATE runs SET status = 'running', steps_done = ?, error = NULL, finished_at = NULL",
         (step + 1,),
@@ -331,6 +349,7 @@ class TraceDb:
         # A resume's truncation, and the writes that wait for the first step (see for_resume).
         self._resume_from: int | None = None
         self._deferred: list[Callable[[sqlite3.Connection], None]] = []
+        self._reporter_tables = False  # whether this writer has made the reporter tables
         if not _resume:
             self._prepare_new(overwrite)
         elif (version := schema_version(self.path)) < SCHEMA_VERSION:
@@ -382,6 +401,11 @@ class TraceDb:
         # A trace written before the original aam engine's columns existed gains them here.
         trace._deferred.append(_add_aam_compat)
         return trace
+
+    @property
+    def resuming(self) -> bool:
+        """Whether this trace was reopened by a resume that has not committed a step yet."""
+        return self._resume_from is not None
 
     # -- writing ------------------------------------------------------------------------------
     def _submit(self, job: Callable[[sqlite3.Connection], None]) -> None:
@@ -508,6 +532,13 @@ class TraceDb:
                 con.executemany(_INSERT_LLM_CALL, [(step, *r) for r in record.llm_calls])
             if record.transitions:
                 con.executemany(_INSERT_TRANSITION, [(step, *r) for r in record.transitions])
+            if record.model_vars or record.agent_vars:
+                if not self._reporter_tables:  # made by the first step that has reporters
+                    for statement in _CREATE_REPORTER_TABLES:
+                        con.execute(statement)
+                    self._reporter_tables = True
+                con.executemany(_INSERT_MODEL_VARS, record.model_vars)
+                con.executemany(_INSERT_AGENT_VARS, record.agent_vars)
             con.execute("UPDATE runs SET steps_done = ?", (step + 1,))
 
         self._submit_transaction(rows, step)

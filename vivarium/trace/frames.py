@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from vivarium.errors import TraceError
 from vivarium.trace.db import check_trace_file
-from vivarium.trace.schema import DECISIONS, FRAME_NAMES, Column, Kind, frame_columns, table
+from vivarium.trace.schema import (
+    DECISIONS,
+    FRAME_NAMES,
+    REPORTER_FRAMES,
+    Column,
+    Kind,
+    frame_columns,
+    table,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -223,8 +231,13 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if name in REPORTER_FRAMES:
+        from vivarium.trace.reporter_frames import read_reporters
+
+        return with_run_id(read_reporters(check_trace_file(path), name), run_id)
     if name not in FRAME_NAMES:
-        raise TraceError(f"unknown trace table '{name}' (known: {', '.join(FRAME_NAMES)})")
+        known = ", ".join((*FRAME_NAMES, *REPORTER_FRAMES))
+        raise TraceError(f"unknown trace table '{name}' (known: {known})")
     p = check_trace_file(path)
     try:
         if name == "actions":
@@ -262,16 +275,20 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
             out[col] = arr.cast(pa.float64())
         else:
             out[col] = arr.cast(pa.string())
-    result = pa.table(out)
-    if run_id is not None:
-        import numpy as np
+    return with_run_id(pa.table(out), run_id)
 
-        rid = pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(result.num_rows, dtype=np.int32)), pa.array([run_id])
-        )
 
-        result = result.add_column(0, "run_id", rid)
-    return result
+def with_run_id(result: pa.Table, run_id: str | None) -> pa.Table:
+    """``result`` with a categorical ``run_id`` column in front (None: as it is)."""
+    if run_id is None:
+        return result
+    import numpy as np
+    import pyarrow as pa
+
+    rid = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(result.num_rows, dtype=np.int32)), pa.array([run_id])
+    )
+    return result.add_column(0, "run_id", rid)
 
 
 def to_pandas(table: pa.Table) -> pd.DataFrame:

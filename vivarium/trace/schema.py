@@ -80,6 +80,7 @@ class Table:
     name: str
     blocks: tuple[tuple[Column, ...], ...]
     doc: str
+    constraints: tuple[str, ...] = ()
 
     @property
     def columns(self) -> tuple[Column, ...]:
@@ -102,6 +103,8 @@ class Table:
             ",\n".join(f"    {column.name} {column.sql}" for column in block)
             for block in self.blocks
         )
+        for constraint in self.constraints:
+            body += f",\n\n    {constraint}"
         return f"CREATE TABLE {self.name} (\n{body}\n);"
 
 
@@ -241,6 +244,57 @@ CHECKPOINTS = _table(
     Column("world_state", "TEXT NOT NULL", None, "The world's state, as JSON."),
     Column("agent_states", "TEXT NOT NULL", None, "The agents' states, as JSON."),
 )
+
+# -- reporters (Mesa's model and agent reporters) --------------------------------------------
+# Created with the first step of a run that has reporters (``CREATE TABLE IF NOT EXISTS`` in
+# that step's transaction), never in ``DDL``: a run without reporters leaves the file exactly as
+# it was before they existed, and a trace without these tables reads as empty frames. Step -1
+# holds the state before step 0 (as Mesa's DataCollector collects once at init).
+
+MODEL_VARS = Table(
+    "model_vars",
+    (
+        (
+            Column(
+                "step", "INTEGER NOT NULL", "int", "The step after which it was taken (-1: init)."
+            ),
+            Column("reporter", "TEXT NOT NULL", "category", "The model reporter's name."),
+            Column("kind", "TEXT NOT NULL", None, "int, float, bool, text, json or null."),
+            Column("value", "", None, "The value (JSON text when kind is json)."),
+        ),
+    ),
+    "One model reporter's value at one step.",
+    ("PRIMARY KEY (step, reporter)",),
+)
+
+AGENT_VARS = Table(
+    "agent_vars",
+    (
+        (
+            Column(
+                "step", "INTEGER NOT NULL", "int", "The step after which it was taken (-1: init)."
+            ),
+            Column("reporter", "TEXT NOT NULL", "category", "The agent reporter's name."),
+            Column(
+                "dtype",
+                "TEXT NOT NULL",
+                None,
+                "The numpy dtype of ``data`` ('<f8', '<i8', '|b1'), or json.",
+            ),
+            Column(
+                "data",
+                "BLOB NOT NULL",
+                None,
+                "One value per agent in agent_idx order: packed numbers, or a JSON array.",
+            ),
+        ),
+    ),
+    "One agent reporter's values for every agent at one step.",
+    ("PRIMARY KEY (step, reporter)",),
+)
+
+REPORTER_TABLES = (MODEL_VARS, AGENT_VARS)
+"""The reporter tables, created lazily (see above)."""
 
 
 def actions_view_ddl() -> str:
@@ -425,7 +479,10 @@ SQL written for the original aam engine also finds its ``trace`` view and ``mess
 (``aam_compat_ddl``)."""
 
 FRAME_NAMES = ("actions", "messages", "llm_calls", "transitions", "steps", "agents")
-"""The trace tables that read as frames (``Run.frame(name)``)."""
+"""The trace tables that read as frames (``Run.frame(name)``) with columns declared here."""
+
+REPORTER_FRAMES = ("model_vars", "agent_vars")
+"""The reporters' frames: a column per reporter, so their columns depend on the run."""
 
 
 def frame_columns(name: str) -> tuple[Column, ...]:

@@ -145,9 +145,48 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
             break
         previous = state_hash
         report.actions += n_actions
+    _check_reporters(con, report, n_agents)
     if report.status == "ok" and (status != "complete" or report.steps_found < planned):
         report.status = "incomplete"
         report.problems.append(
             f"run status is '{status}' with {report.steps_found} of {planned} steps committed "
             "(resume it with `vvm resume`)"
         )
+
+
+def _check_reporters(con: sqlite3.Connection, report: ValidationReport, n_agents: int) -> None:
+    """Reporter rows (tables a run without reporters does not have) belong to recorded steps.
+
+    Each is -1 (the state before step 0) or a step in the file, and an agent reporter holds one
+    value per agent. They are not in the state hash: they are read from the world whose
+    digest is.
+    """
+    from vivarium.trace.records import decode_agent_values
+    from vivarium.trace.schema import REPORTER_TABLES
+
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    last = report.steps_found - 1
+    for declared in REPORTER_TABLES:
+        if declared.name not in tables:
+            continue
+        stray = con.execute(
+            f"SELECT min(step), max(step) FROM {declared.name} "  # noqa: S608
+            "WHERE step < -1 OR step > ?",
+            (last,),
+        ).fetchone()
+        if stray[0] is not None:
+            _corrupt(report, f"{declared.name}: rows for steps {stray[0]}..{stray[1]} not in steps")
+    if "agent_vars" in tables:
+        for step, reporter, dtype, data in con.execute(
+            "SELECT step, reporter, dtype, data FROM agent_vars"
+        ):
+            try:
+                count = len(decode_agent_values(dtype, data))
+            except (ValueError, TypeError):
+                count = -1
+            if count != n_agents:
+                _corrupt(
+                    report,
+                    f"agent_vars: '{reporter}' at step {step} does not hold {n_agents} values",
+                )
+                break

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vivarium.trace.frames import FRAME_NAMES
+from vivarium.trace.schema import REPORTER_FRAMES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,7 +25,7 @@ class FrameViews:
         frame_names: The frames there are (a sweep adds its own).
     """
 
-    frame_names: tuple[str, ...] = FRAME_NAMES
+    frame_names: tuple[str, ...] = (*FRAME_NAMES, *REPORTER_FRAMES)
 
     def arrow(self, name: str) -> Any:
         """Frame ``name`` as an Arrow table: the one source of the others (subclasses give it).
@@ -77,6 +78,16 @@ class FrameViews:
         """One row per agent: agent_idx, agent_id, policy, seed."""
         return self.frame("agents")
 
+    @property
+    def model_vars(self) -> pd.DataFrame:
+        """One row per step (-1: before step 0), a column per model reporter (as Mesa's)."""
+        return self.frame("model_vars")
+
+    @property
+    def agent_vars(self) -> pd.DataFrame:
+        """One row per step and agent (step, agent_id), a column per agent reporter."""
+        return self.frame("agent_vars")
+
     def to_polars(self, name: str | None = None) -> pl.DataFrame | dict[str, pl.DataFrame]:
         """The frames as polars: one by name, or all of them in a dict."""
         if name is not None:
@@ -89,8 +100,16 @@ class FrameViews:
         raise NotImplementedError
 
     def parquet_tables(self) -> dict[str, Any]:
-        """The Arrow tables ``to_parquet`` writes, by file name."""
-        return {name: self.arrow(name) for name in self.frame_names}
+        """The Arrow tables ``to_parquet`` writes, by file name.
+
+        The reporters' frames only when they hold rows: the export of a run without reporters
+        is what it was before they existed.
+        """
+        tables = {name: self.arrow(name) for name in self.frame_names}
+        for name in REPORTER_FRAMES:
+            if name in tables and tables[name].num_rows == 0:
+                del tables[name]
+        return tables
 
     def to_parquet(
         self, directory: str | os.PathLike[str], *, overwrite: bool = False

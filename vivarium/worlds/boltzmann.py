@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from array import array
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from vivarium.seeding import CountingRandom
 from vivarium.types import ActionRequest, ActionResult
+from vivarium.worlds.observation import ObservationKey
 from vivarium.worlds.registry import ActionError, ActionRegistry, NoArguments
 
 if TYPE_CHECKING:
@@ -40,6 +42,9 @@ class GiveArgs(BaseModel):  # noqa: D101
     model_config = ConfigDict(extra="forbid")
     to: str = Field(description="The id of the agent who receives one unit of wealth.")
 
+
+# ``random.Random.getrandbits`` itself (C), which ``CountingRandom`` wraps to count words.
+_getrandbits = random.Random.getrandbits
 
 # One shared outcome for every successful action: results are read, never changed.
 _OK = ActionResult.ok()
@@ -57,6 +62,8 @@ def _give(world: BoltzmannWorld, request: ActionRequest, args: GiveArgs) -> Acti
 BOLTZMANN_ACTIONS = ActionRegistry(default_tool="give")
 BOLTZMANN_ACTIONS.action("noop", "Do nothing this step.")(_noop)
 BOLTZMANN_ACTIONS.action("give", "Give one unit of your wealth to another agent.", GiveArgs)(_give)
+_NOOP = BOLTZMANN_ACTIONS.get("noop")
+_GIVE = BOLTZMANN_ACTIONS.get("give")
 
 
 class BoltzmannWorld:
@@ -93,6 +100,15 @@ class BoltzmannWorld:
         self.registry = registry or BOLTZMANN_ACTIONS.extend()
         self._tools = self.registry.names()
 
+    # What ``observe`` returns, key by key (the docs page and ``describe`` read this).
+    OBSERVATION_KEYS: ClassVar[tuple[ObservationKey, ...]] = (
+        ObservationKey("time_step", "int", "The step being decided, counting from 0."),
+        ObservationKey("agent_id", "str", "The id of the observing agent."),
+        ObservationKey("wealth", "int", "The units of wealth the agent holds now."),
+        ObservationKey("agents", "tuple[str, ...]", "Every agent id, in the world's order."),
+        ObservationKey("tools", "tuple[str, ...]", "The names of the world's actions."),
+    )
+
     # -- the world protocol -------------------------------------------------------------------
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
         """What ``agent_id`` sees: the time step, its id and wealth, every agent id and the tools.
@@ -115,17 +131,16 @@ class BoltzmannWorld:
         else (or a registry whose ``give`` was overridden) goes through ``ActionRegistry.dispatch``.
         """
         args = request.arguments
-        # The common case, checked by hand (the registry's validation costs more than the move).
-        if (
-            request.action_name == "give"
-            and len(args) == 1
-            and type(args.get("to")) is str
-            and self.registry.get("give").handler is _give  # type: ignore[union-attr]
-        ):
+        spec = self.registry.get(request.action_name)
+        # The common cases, checked by hand (the registry's validation costs more than the move),
+        # while the registry still holds the built-in actions.
+        if spec is _GIVE and type(args) is dict and len(args) == 1 and type(args.get("to")) is str:
             try:
                 self.give(request.agent_id, args["to"])
             except ActionError as exc:
                 return ActionResult.failed(str(exc))
+            return _OK
+        if spec is _NOOP and type(args) is dict and not args:
             return _OK
         return self.registry.dispatch(self, request)
 
@@ -176,6 +191,22 @@ class BoltzmannWorld:
         self.transfers = state["transfers"]
 
 
+def _position(ids: list[str] | tuple[str, ...], agent_id: str) -> tuple[int, int]:
+    """Where ``agent_id`` is in ``ids``, and how often it is (0, 1 or 2 for "more").
+
+    One pass over ``ids``; an absent id is placed at ``len(ids)`` (nothing to skip).
+    """
+    try:
+        first = ids.index(agent_id)
+    except ValueError:
+        return len(ids), 0
+    try:
+        ids.index(agent_id, first + 1)
+    except ValueError:
+        return first, 1
+    return first, 2
+
+
 class BoltzmannPolicy:
     """Give one unit to a random other agent (drawn with this agent's own generator).
 
@@ -197,11 +228,48 @@ class BoltzmannPolicy:
             ValueError: There is no other agent to give to.
         """
         self.agent_id = agent_id
-        self.others = [a for a in agent_ids if a != agent_id]
-        if not self.others:
+        # The others are ``agent_ids`` without this agent, read through the shared sequence
+        # (skipping this agent's position) rather than copied: a thousand agents would
+        # otherwise build a million-entry list between them.
+        ids = agent_ids if isinstance(agent_ids, list | tuple) else list(agent_ids)
+        skip, mine = _position(ids, agent_id)
+        if mine > 1:  # listed twice: the plain list of the others
+            ids = [a for a in ids if a != agent_id]
+            skip, mine = len(ids), 0
+        self._ids = ids
+        self._skip = skip
+        self._n_others = len(ids) - mine
+        if self._n_others < 1:
             raise ValueError("the Boltzmann model needs at least two agents")
         self.seed = seed
         self.rng = CountingRandom(seed)
+
+    @property
+    def others(self) -> list[str]:
+        """Every agent but this one, in ``agent_ids`` order (the list the draws index)."""
+        skip = self._skip
+        return [*self._ids[:skip], *self._ids[skip + 1 :]]
+
+    def _draw_other(self) -> str:
+        """``others[rng.randrange(len(others))]``, from the same draws without the copy.
+
+        ``randrange(n)`` takes ``n.bit_length()`` random bits until they are below ``n``
+        (``random.Random._randbelow_with_getrandbits``); the same loop runs here on the
+        generator's own ``getrandbits``, so the words it counts are the same.
+        """
+        n = self._n_others
+        rng = self.rng
+        k = n.bit_length()
+        if type(rng) is CountingRandom:  # its counting, done here: one Python call fewer
+            r, draws = _getrandbits(rng, k), 1
+            while r >= n:
+                r, draws = _getrandbits(rng, k), draws + 1
+            rng.words += draws * ((k + 31) // 32)
+        else:
+            r = rng.getrandbits(k)
+            while r >= n:
+                r = rng.getrandbits(k)
+        return self._ids[r if r < self._skip else r + 1]
 
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
@@ -211,7 +279,7 @@ class BoltzmannPolicy:
         As Mesa's agent does, an agent with nothing does nothing (and draws no random number).
         """
         if observation.get("wealth", 0) > 0:
-            to = self.others[self.rng.randrange(len(self.others))]
+            to = self._draw_other()
             action, arguments = "give", {"to": to}
         else:
             action, arguments = "noop", {}

@@ -1,19 +1,22 @@
 """The channel world: a shared message board plus an event counter.
 
 Actions: ``noop``, ``emit_event(value)``, ``post_message(content)``. Observations carry the time
-step, the agent id, the last ``message_history_limit`` messages and the tool names.
+step, the agent id, the last ``message_history_limit`` messages and the tool names; the keys are
+declared in ``InMemoryChannel.OBSERVATION_KEYS`` and the actions in ``CHANNEL_ACTIONS``, from
+which the docs site's worlds page is drawn (``vivarium.worlds.docs.describe("channel")``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from vivarium.types import ActionRequest, ActionResult
 from vivarium.worlds.base import BatchDecisions, BatchOutcomes
+from vivarium.worlds.observation import ObservationKey
 from vivarium.worlds.registry import ActionError, ActionRegistry, NoArguments
 
 MAX_MESSAGE_CHARS = 8000
@@ -104,6 +107,19 @@ class InMemoryChannel:
         self._message_chain = hashlib.sha256()
         self._unrecorded: list[tuple[int, str, str, str]] = []
         self._tools = self.registry.names()
+
+    # What ``observe`` returns, key by key (the docs page and ``describe`` read this).
+    OBSERVATION_KEYS: ClassVar[tuple[ObservationKey, ...]] = (
+        ObservationKey("time_step", "int", "The step being decided, counting from 0."),
+        ObservationKey("agent_id", "str", "The id of the observing agent."),
+        ObservationKey(
+            "messages",
+            "list[dict]",
+            "The latest `message_history_limit` messages, oldest first, each "
+            "`{time_step, author_id, content}`.",
+        ),
+        ObservationKey("tools", "tuple[str, ...]", "The names of the world's actions."),
+    )
 
     # -- the world protocol -------------------------------------------------------------------
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:

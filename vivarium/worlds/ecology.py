@@ -30,16 +30,9 @@ Every outcome is an ``ActionResult`` with success and, on failure, a one-line re
 Successful results carry a ``summary`` line, which is also the ``reason`` agents see in
 ``last_action_result``.
 
-Observations (JSON-like, keys in this order): ``time_step, agent_id, tools, messages, balance,
-artifacts`` (all but memory artifacts, by id: ``{id, owner, kind, executable, price, size,
-methods}``), ``my_artifacts, last_action_result, failure_history, action_history, success_rate``
-(over every action so far; None before the first), ``economic_context`` (``total_scrip, agents,
-richest, my_rank, executable_artifacts, mean_price, min_price, max_price``), ``working_memory,
-memory`` (the last ``observed_memories`` entries, as a ``MemoryView``: a list whose ``search``
-ranks all of the agent's entries, through an index the world keeps up to date entry by entry, so
-an observation stays small however long the memory), ``steps_total, time_remaining`` (steps
-left, this one included) and ``progress_percent``. ``quotas`` (after ``balance``) holds
-``disk_quota, disk_used, disk_available, llm_tokens_quota, llm_tokens_used``.
+Observations are JSON-like dicts whose keys, in order, with their types and meanings, are
+declared once in ``EcologyWorld.OBSERVATION_KEYS`` (the docs site's worlds page and
+``vivarium.worlds.docs.describe("ecology")`` show them; a test checks ``observe()`` against it).
 
 Memory records every action but a successful ``noop``: kind ``action`` (the summary, or
 ``<what> failed: <reason>``), ``message`` (the text the agent posted) and ``event`` (scrip it
@@ -54,7 +47,7 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -64,6 +57,7 @@ from vivarium.memory import AgentMemory, LexicalMemory, MemoryView, frozen_searc
 from vivarium.seeding import canonical_json
 from vivarium.types import ActionRequest, ActionResult
 from vivarium.worlds.ledger import InsufficientScrip, Ledger
+from vivarium.worlds.observation import ObservationKey
 from vivarium.worlds.registry import (
     ActionError,
     ActionRegistry,
@@ -551,9 +545,79 @@ class EcologyWorld:
         self.artifacts[art.id] = art
         self._disk_used[art.owner] = self._disk_used.get(art.owner, 0) + art.size
 
+    # What ``observe`` returns, key by key and in this order (the docs page and ``describe``
+    # read this; a test checks it against ``observe()``).
+    OBSERVATION_KEYS: ClassVar[tuple[ObservationKey, ...]] = (
+        ObservationKey("time_step", "int", "The step being decided, counting from 0."),
+        ObservationKey("agent_id", "str", "The id of the observing agent."),
+        ObservationKey("tools", "tuple[str, ...]", "The names of the world's actions."),
+        ObservationKey(
+            "messages",
+            "list[dict]",
+            "The latest `message_history_limit` messages, oldest first, each "
+            "`{time_step, author_id, content}`.",
+        ),
+        ObservationKey("balance", "int", "The agent's scrip."),
+        ObservationKey(
+            "quotas",
+            "dict",
+            "The agent's quotas and use: `disk_quota, disk_used, disk_available` (bytes of data "
+            "artifacts it owns) and `llm_tokens_quota` (None: no limit), `llm_tokens_used`.",
+        ),
+        ObservationKey(
+            "artifacts",
+            "list[dict]",
+            "Every artifact but the private memory ones, by id: `{id, owner, kind, executable, "
+            "price, size, methods}` (`methods`: the method names).",
+        ),
+        ObservationKey("my_artifacts", "list[str]", "The ids of the artifacts the agent owns."),
+        ObservationKey(
+            "last_action_result",
+            "dict | None",
+            "The agent's previous outcome, `{action, success, reason}` (the reason is the "
+            "summary on success); None before its first action.",
+        ),
+        ObservationKey(
+            "failure_history",
+            "list[dict]",
+            "The last `failure_history_limit` failures, `{action, success, reason}` each.",
+        ),
+        ObservationKey(
+            "action_history",
+            "list[dict]",
+            "The last `action_history_limit` actions, `{time_step, action, success}` each.",
+        ),
+        ObservationKey(
+            "success_rate",
+            "float | None",
+            "The share of the agent's actions so far that succeeded; None before the first.",
+        ),
+        ObservationKey(
+            "economic_context",
+            "dict",
+            "`total_scrip, agents, richest, my_rank` (1 = richest), `executable_artifacts, "
+            "mean_price, min_price, max_price` (prices None when nothing is executable).",
+        ),
+        ObservationKey(
+            "working_memory",
+            "dict",
+            "The agent's own notes, which it updates by writing to its own agent id "
+            "(bounded by `working_memory_max_bytes`).",
+        ),
+        ObservationKey(
+            "memory",
+            "MemoryView (list[dict])",
+            "The last `observed_memories` entries `{time_step, kind, text}` the world recorded "
+            "for the agent; `memory.search(query, k)` ranks all its entries.",
+        ),
+        ObservationKey("steps_total", "int", "The run's length in steps."),
+        ObservationKey("time_remaining", "int", "Steps left, this one included."),
+        ObservationKey("progress_percent", "float", "How far the run is, 0 to 100."),
+    )
+
     # -- the world protocol -------------------------------------------------------------------
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
-        """What ``agent_id`` sees at ``time_step`` (keys as in the module docstring).
+        """What ``agent_id`` sees at ``time_step`` (keys as in ``OBSERVATION_KEYS``).
 
         Mutable parts are copies, so a policy that edits its observation cannot change the world.
 

@@ -26,6 +26,8 @@ class NoArguments(BaseModel):  # noqa: D101
     model_config = ConfigDict(extra="forbid")
 
 
+_NO_ARGUMENTS = NoArguments()
+
 Handler = Callable[[Any, ActionRequest, BaseModel], ActionResult]
 
 
@@ -183,8 +185,14 @@ class ActionRegistry:
         if spec is None:
             known = ", ".join(self._specs)
             return ActionResult.failed(f"unknown action '{request.action_name}' (known: {known})")
+        arguments = request.arguments
         try:
-            args = spec.arguments.model_validate(request.arguments)
+            # An action without arguments, called without any (every ``noop``): the one valid
+            # value, shared, instead of a validation per decision.
+            if spec.arguments is NoArguments and type(arguments) is dict and not arguments:
+                args: BaseModel = _NO_ARGUMENTS
+            else:
+                args = spec.arguments.model_validate(arguments)
         except ValidationError as exc:
             return ActionResult.failed(
                 f"bad arguments for {spec.name}: {describe_validation_error(exc)}"

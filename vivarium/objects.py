@@ -1,0 +1,438 @@
+"""Your own world and policy as Python objects: no registration, no names to invent.
+
+``Experiment(world=MyWorld, policy=MyPolicy)`` takes a class, a factory or an instance where a
+config takes a name. Configs stay plain data (YAML, the recorded config, a sweep's index): each
+object is named by a reference, ``"<module>.<qualname>@<digest>"``, and kept in this process's
+table ``OBJECTS`` under it. The digest is of the code that defines the object: its module's
+source file when it has one (so an edit to a helper the class calls counts too), else its own
+source (``inspect.getsource``), else its cloudpickle bytes (code run by ``exec``); for an
+instance also its pickled state. So a run id still derives from the config alone, is the same
+in every process for the same code, and changes when the code is edited. A run that uses an object
+needs it in the process that builds the run: a sweep sends the ones its runs use to its workers
+by value (``pack_objects``), so objects defined in a notebook cell or a script without a main
+guard work on local workers and on Ray; resuming needs the object given again.
+
+How an object is built (see ``UserObject.build_world`` / ``build_policy``): a class or a
+factory is called with the keywords its signature names among ``agent_ids``, ``seed`` and
+``steps`` for a world (plus every ``world_options``), or ``agent_id``, ``seed`` (the agent's
+own seed from the plan) and ``rng`` (``random.Random(seed)``) for a policy (plus every
+``policy_options``). A world instance is used as is by the first run built from it in this
+process and copied from its state at naming time for every later one (each run starts from
+the same world); a policy instance is copied for each agent.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import hashlib
+import inspect
+import linecache
+import pickle
+import random
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from vivarium.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vivarium.config import ExperimentConfig
+    from vivarium.plan import PlannedAgent
+
+__all__ = [
+    "OBJECTS",
+    "UserObject",
+    "display_name",
+    "dumps_by_value",
+    "is_reference",
+    "name_object",
+    "name_objects",
+    "pack_objects",
+    "suggest",
+    "unpack_objects",
+]
+
+Kind = Literal["world", "policy"]
+Form = Literal["class", "factory", "instance"]
+
+_DIGEST_CHARS = 16
+_WORLD_KEYWORDS = ("agent_ids", "seed", "steps")
+_POLICY_KEYWORDS = ("agent_id", "seed", "rng")
+
+
+def _accepted(target: Callable[..., Any], offered: Iterable[str]) -> list[str]:
+    """The offered keywords ``target``'s signature names (a ``**kwargs`` takes none of them)."""
+    try:
+        names = _cached_keyword_names(target)
+    except TypeError:  # an unhashable callable: read its signature each time
+        names = _keyword_names(target)
+    return [name for name in offered if name in names]
+
+
+def _keyword_names(target: Callable[..., Any]) -> frozenset[str]:
+    """The keywords ``target`` takes by name, read once per class or factory (not per agent)."""
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # no signature to read: offer nothing
+        return frozenset()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(name for name, p in params.items() if p.kind in kinds)
+
+
+_cached_keyword_names = functools.lru_cache(maxsize=256)(_keyword_names)
+
+
+@dataclass(slots=True)
+class UserObject:
+    """A world or policy given as a Python object, and how runs are built from it.
+
+    Attributes:
+        kind: ``"world"`` or ``"policy"``.
+        form: ``"class"``, ``"factory"`` or ``"instance"``.
+        obj: The object as given.
+        pristine: For an instance, a copy of it as it was named (None: it cannot be copied,
+            and every run uses it as is).
+        used: Whether a run has used a world instance as is already.
+    """
+
+    kind: Kind
+    form: Form
+    obj: Any
+    pristine: Any = None
+    used: bool = field(default=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a sweep sends: the object as it was named, never a run's mutated one."""
+        obj = self.pristine if self.form == "instance" and self.pristine is not None else self.obj
+        return {"kind": self.kind, "form": self.form, "obj": obj}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A received object: every run on this side starts from a copy of it."""
+        self.kind, self.form, self.obj = state["kind"], state["form"], state["obj"]
+        self.pristine = state["obj"] if self.form == "instance" else None
+        self.used = True
+
+    def build_world(self, config: ExperimentConfig, plan: list[PlannedAgent]) -> Any:
+        """The run's world: the instance, or the class or factory called for the run.
+
+        Args:
+            config: The run's config (its seed, steps and ``world_options``).
+            plan: The planned agents (their ids, in plan order).
+
+        Returns:
+            The world.
+        """
+        if self.form == "instance":
+            if not self.used or self.pristine is None:
+                self.used = True
+                return self.obj
+            return copy.deepcopy(self.pristine)
+        offered = {
+            "agent_ids": [p.agent_id for p in plan],
+            "seed": config.seed,
+            "steps": config.steps,
+        }
+        keywords = {k: offered[k] for k in _accepted(self.obj, _WORLD_KEYWORDS)}
+        return self.obj(**keywords, **dict(config.world_options))
+
+    def build_policy(self, agent: PlannedAgent) -> Any:
+        """One agent's policy: a copy of the instance, or the class or factory called for it.
+
+        Args:
+            agent: The planned agent (its id, seeds and group's ``policy_options``).
+
+        Returns:
+            The policy.
+        """
+        if self.form == "instance":
+            return copy.deepcopy(self.obj)
+        seed = agent.seeds.agent
+        offered: dict[str, Callable[[], Any]] = {
+            "agent_id": lambda: agent.agent_id,
+            "seed": lambda: seed,
+            "rng": lambda: random.Random(seed),
+        }
+        keywords = {k: offered[k]() for k in _accepted(self.obj, _POLICY_KEYWORDS)}
+        return self.obj(**keywords, **dict(agent.group.policy_options))
+
+
+OBJECTS: dict[str, UserObject] = {}
+"""The worlds and policies given as objects in this process, by reference."""
+
+
+def _looks_like(kind: Kind, obj: Any) -> bool:
+    """Whether ``obj`` is a world (``observe`` and ``apply``) or a policy (``decide``)."""
+    if kind == "world":
+        return callable(getattr(obj, "observe", None)) and callable(getattr(obj, "apply", None))
+    return callable(getattr(obj, "decide", None)) or callable(getattr(obj, "adecide", None))
+
+
+def _form(kind: Kind, obj: Any, where: str) -> Form:
+    if isinstance(obj, type):
+        return "class"
+    if _looks_like(kind, obj):
+        return "instance"
+    if callable(obj):
+        return "factory"
+    raise ConfigError(
+        f"{where}: a {kind} is a name, a class, a factory or an instance, not {type(obj).__name__}"
+    )
+
+
+def _label(obj: Any, form: Form) -> str:
+    """``module.qualname`` of the object (of its class, for an instance)."""
+    target = obj.func if isinstance(obj, functools.partial) else obj
+    if form == "instance":
+        target = type(obj)
+    module = getattr(target, "__module__", None) or "__main__"
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}.{qualname}"
+
+
+def _source(target: Any) -> bytes | None:
+    try:
+        return inspect.getsource(target).encode()
+    except (OSError, TypeError):
+        return None
+
+
+def _by_value(obj: Any) -> bytes:
+    """``obj``'s cloudpickle bytes, its module's code included when workers cannot import it."""
+    import cloudpickle
+
+    modules = _unimportable_modules([obj])
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(obj, protocol=pickle.DEFAULT_PROTOCOL)
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _module_text(target: Any) -> bytes | None:
+    """The whole source file of ``target``'s module, when it has one on disk.
+
+    Reading the file is cheap where ``inspect.getsource`` of a class parses the whole module
+    (~80 ms for a long one, at every ``Experiment``), and it sees the helper functions and
+    constants a class uses too: editing any of them names a new run.
+    """
+    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    if not path or not str(path).endswith(".py"):
+        return None
+    lines = linecache.getlines(str(path), getattr(module, "__dict__", None))
+    return "".join(lines).encode() if lines else None
+
+
+def _code(target: Any) -> bytes:
+    """The code that defines a class or function.
+
+    Its module's whole source file when there is one (see ``_module_text``); else its own
+    source (a class's with its bases from the same module), else its cloudpickle bytes.
+    """
+    whole = _module_text(target)
+    if whole is not None:
+        return whole
+    parts = [target]
+    if isinstance(target, type):
+        parts += [c for c in target.__mro__[1:] if c.__module__ == target.__module__]
+    out = b""
+    for part in parts:
+        code = _source(part)
+        out += code if code is not None else _by_value(part)
+    return out
+
+
+def _digest(obj: Any, form: Form) -> str:
+    """The hex digest that names ``obj``'s code (and an instance's or closure's data)."""
+    h = hashlib.sha256()
+    target = obj.func if isinstance(obj, functools.partial) else obj
+    h.update(_code(type(obj) if form == "instance" else target))
+    data: Any = None
+    if form == "instance":
+        data = obj.__getstate__() if hasattr(obj, "__getstate__") else vars(obj)
+    elif isinstance(obj, functools.partial):
+        data = (obj.args, obj.keywords)
+    elif inspect.isfunction(obj) and (obj.__closure__ or obj.__defaults__ or obj.__kwdefaults__):
+        cells = [c.cell_contents for c in obj.__closure__ or ()]
+        data = (cells, obj.__defaults__, obj.__kwdefaults__)
+    if data is not None:
+        try:
+            h.update(_by_value(data))
+        except Exception:  # unpicklable state: the world's own digest (else: this process only)
+            state = getattr(obj, "state_digest", None)
+            h.update(str(state() if callable(state) else id(obj)).encode())
+    return h.hexdigest()[:_DIGEST_CHARS]
+
+
+def name_object(kind: Kind, obj: Any, where: str | None = None) -> str:
+    """The config's name for ``obj``, which this process can then build runs from.
+
+    Args:
+        kind: ``"world"`` or ``"policy"``.
+        obj: A name (returned as is), a class, a factory or an instance.
+        where: What an error message starts with (default: the kind).
+
+    Returns:
+        The name: ``obj`` itself for a name, else its reference ``"<module>.<qualname>@<digest>"``.
+
+    Raises:
+        ConfigError: ``obj`` is none of those (one line).
+    """
+    if isinstance(obj, str):
+        return obj
+    form = _form(kind, obj, where or kind)
+    ref = f"{_label(obj, form)}@{_digest(obj, form)}"
+    known = OBJECTS.get(ref)
+    # The latest object named wins (a notebook cell run again, an equal instance): same code.
+    if known is None or known.obj is not obj:
+        pristine = None
+        if form == "instance":
+            try:
+                pristine = copy.deepcopy(obj)
+            except Exception:  # not copyable: every run uses it as is
+                pristine = None
+        OBJECTS[ref] = UserObject(kind, form, obj, pristine)
+    return ref
+
+
+def name_objects(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Config fields with every world or policy object replaced by its name.
+
+    Args:
+        fields: ``Experiment`` keywords: ``world``, ``policy``, ``agents`` (groups as dicts
+            whose ``policy`` may be an object), and any others (left as they are).
+
+    Returns:
+        The fields as plain config data.
+    """
+    out = dict(fields)
+    if "world" in out:
+        out["world"] = name_object("world", out["world"], "world")
+    if "policy" in out:
+        out["policy"] = name_object("policy", out["policy"], "policy")
+    groups = out.get("agents")
+    if isinstance(groups, list):
+        named = []
+        for i, group in enumerate(groups):
+            if isinstance(group, Mapping) and "policy" in group:
+                policy = name_object("policy", group["policy"], f"agents.{i}.policy")
+                group = {**group, "policy": policy}
+            named.append(group)
+        out["agents"] = named
+    return out
+
+
+def is_reference(name: str) -> bool:
+    """Whether ``name`` is an object's reference (``module.qualname@digest``), not a name."""
+    head, sep, tail = name.rpartition("@")
+    return bool(sep and head and len(tail) == _DIGEST_CHARS)
+
+
+def display_name(name: str) -> str:
+    """What to show for a world or policy: a name as is, an object as its ``qualname``."""
+    if not is_reference(name):
+        return name
+    return name.rpartition("@")[0].rsplit(".", 1)[-1] or name
+
+
+def suggest(kind: Kind, name: str, known: list[str]) -> str:
+    """The unknown-name message's text after the name: what to do, or which names are known.
+
+    Args:
+        kind: ``"world"`` or ``"policy"``.
+        name: The unknown name.
+        known: The names known here.
+
+    Returns:
+        ``(known: a, b; did you mean 'a'?)``, or, for an object's reference, how to give the
+        object again.
+    """
+    if is_reference(name):
+        obj = display_name(name)
+        return (
+            f"(given as a Python object, unknown in this process: pass it again, "
+            f"Experiment({kind}={obj}) or Run.resume({kind}={obj}))"
+        )
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"(known: {', '.join(known)}{hint})"
+
+
+def _unimportable_modules(objects: Iterable[Any]) -> list[Any]:
+    """The loaded modules of ``objects`` that a worker could not import by name.
+
+    ``__main__`` is always sent by value by cloudpickle; a module made at run time (a
+    notebook's, ``types.ModuleType`` filled by ``exec``) has no file to import from.
+    """
+    modules = []
+    for obj in objects:
+        target = type(obj) if not (isinstance(obj, type) or callable(obj)) else obj
+        target = target.func if isinstance(target, functools.partial) else target
+        name = getattr(target, "__module__", None)
+        module = sys.modules.get(name) if name else None
+        if (
+            module is not None
+            and name != "__main__"
+            and getattr(module, "__file__", None) is None
+            and getattr(module, "__spec__", None) is None
+            and module not in modules
+        ):
+            modules.append(module)
+    return modules
+
+
+def pack_objects(names: Iterable[str]) -> dict[str, UserObject]:
+    """The objects of this process that ``names`` refer to, for a sweep's workers.
+
+    Args:
+        names: The world and policy names a sweep's runs use.
+
+    Returns:
+        Reference -> object, for those that are objects of this process.
+    """
+    return {n: OBJECTS[n] for n in sorted(set(names)) if n in OBJECTS}
+
+
+def dumps_by_value(value: Any) -> bytes:
+    """The cloudpickle bytes of ``value``, with the code of modules workers cannot import.
+
+    Args:
+        value: What to send (a sweep's registrations).
+
+    Returns:
+        The bytes.
+    """
+    import cloudpickle
+
+    entries = [u.obj for u in _walk_objects(value)]
+    modules = _unimportable_modules(entries)
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(value)
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _walk_objects(value: Any) -> list[UserObject]:
+    if isinstance(value, UserObject):
+        return [value]
+    if isinstance(value, Mapping):
+        return [u for v in value.values() for u in _walk_objects(v)]
+    return []
+
+
+def unpack_objects(objects: Mapping[str, UserObject]) -> None:
+    """Make the objects a sweep process sent known here (the ones already known stay).
+
+    Args:
+        objects: Reference -> object.
+    """
+    for ref, entry in objects.items():
+        OBJECTS.setdefault(ref, entry)
