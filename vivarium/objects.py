@@ -32,6 +32,7 @@ import linecache
 import pickle
 import random
 import sys
+import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -136,7 +137,9 @@ class UserObject:
             "steps": config.steps,
         }
         keywords = {k: offered[k] for k in _accepted(self.obj, _WORLD_KEYWORDS)}
-        return self.obj(**keywords, **dict(config.world_options))
+        given = {**keywords, **dict(config.world_options)}
+        _check_call(self.obj, given, "world", "world_options")
+        return self.obj(**given)
 
     def build_policy(self, agent: PlannedAgent) -> Any:
         """One agent's policy: a copy of the instance, or the class or factory called for it.
@@ -148,7 +151,7 @@ class UserObject:
             The policy.
         """
         if self.form == "instance":
-            return copy.deepcopy(self.obj)
+            return copy.deepcopy(self.pristine if self.pristine is not None else self.obj)
         seed = agent.seeds.agent
         offered: dict[str, Callable[[], Any]] = {
             "agent_id": lambda: agent.agent_id,
@@ -156,7 +159,32 @@ class UserObject:
             "rng": lambda: random.Random(seed),
         }
         keywords = {k: offered[k]() for k in _accepted(self.obj, _POLICY_KEYWORDS)}
-        return self.obj(**keywords, **dict(agent.group.policy_options))
+        given = {**keywords, **dict(agent.group.policy_options)}
+        _check_call(self.obj, given, "policy", "policy_options")
+        return self.obj(**given)
+
+
+def _check_call(
+    target: Callable[..., Any], given: Mapping[str, Any], kind: str, options: str
+) -> None:
+    """Refuse, in one line, a call ``target(**given)`` its signature cannot take.
+
+    A missing argument nobody supplies, or an option it does not accept, is the user's to fix;
+    an error raised inside the call is the object's own and goes up as it is.
+    """
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # no signature to read: let the call decide
+        return
+    try:
+        signature.bind(**given)
+    except TypeError as exc:
+        name = getattr(target, "__qualname__", type(target).__qualname__)
+        offered = ", ".join(_WORLD_KEYWORDS if kind == "world" else _POLICY_KEYWORDS)
+        raise ConfigError(
+            f"{kind} {name}: {exc} (it is called with the keywords it names among {offered}, "
+            f"and {options})"
+        ) from None
 
 
 OBJECTS: dict[str, UserObject] = {}
@@ -192,13 +220,6 @@ def _label(obj: Any, form: Form) -> str:
     return f"{module}.{qualname}"
 
 
-def _source(target: Any) -> bytes | None:
-    try:
-        return inspect.getsource(target).encode()
-    except (OSError, TypeError):
-        return None
-
-
 def _by_value(obj: Any) -> bytes:
     """``obj``'s cloudpickle bytes, its module's code included when workers cannot import it."""
     import cloudpickle
@@ -228,23 +249,81 @@ def _module_text(target: Any) -> bytes | None:
     return "".join(lines).encode() if lines else None
 
 
+_PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
+
+
+def fingerprint(value: Any, depth: int = 0) -> str:
+    """A text that names ``value``'s code and data, the same in every process.
+
+    Code objects by their bytecode, constants and names (recursively), functions with their
+    closures and defaults, classes by their attributes, containers by their items (sets and
+    dicts sorted), plain values by ``repr``; anything else by its type's name. Unlike
+    cloudpickle bytes (which carry a per-process id for a class without a module), this does
+    not change from one kernel to the next, and it sets apart two classes of one name whose
+    code or closures differ.
+    """
+    if depth > 8:
+        return "…"
+    nxt = depth + 1
+    if isinstance(value, _PRIMITIVES):
+        return repr(value)
+    if isinstance(value, types.CodeType):
+        consts = ",".join(fingerprint(c, nxt) for c in value.co_consts)
+        return f"code({value.co_code.hex()};{consts};{value.co_names})"
+    if isinstance(value, functools.partial):
+        return f"partial({fingerprint(value.func, nxt)};{fingerprint((value.args, value.keywords), nxt)})"
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        func = getattr(value, "__func__", value)
+        cells = [c.cell_contents for c in func.__closure__ or () if _filled(c)]
+        extra = fingerprint((cells, func.__defaults__, func.__kwdefaults__), nxt)
+        return f"fn({func.__qualname__};{fingerprint(func.__code__, nxt)};{extra})"
+    if isinstance(value, staticmethod | classmethod | property):
+        inner = value.fget if isinstance(value, property) else value.__func__
+        return f"{type(value).__name__}({fingerprint(inner, nxt)})"
+    if isinstance(value, type):
+        if value.__module__ == "builtins":
+            return value.__qualname__
+        own = sorted((k, v) for k, v in vars(value).items() if k not in _CLASS_NOISE)
+        body = ",".join(f"{k}={fingerprint(v, nxt)}" for k, v in own)
+        bases = ",".join(fingerprint(b, nxt) for b in value.__bases__ if b is not object)
+        return f"class({value.__module__}.{value.__qualname__};{bases};{body})"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(fingerprint(v, nxt) for v in value) + "]"
+    if isinstance(value, set | frozenset):
+        return "{" + ",".join(sorted(fingerprint(v, nxt) for v in value)) + "}"
+    if isinstance(value, Mapping):
+        items = sorted((fingerprint(k, nxt), fingerprint(v, nxt)) for k, v in value.items())
+        return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    if hasattr(value, "tobytes") and hasattr(value, "dtype"):  # a numpy array: its contents
+        data = hashlib.sha256(value.tobytes()).hexdigest()
+        return f"array({value.dtype};{getattr(value, 'shape', '')};{data})"
+    if isinstance(value, random.Random):
+        return f"random({fingerprint(value.getstate(), nxt)})"
+    if hasattr(value, "__dict__"):  # any other object: its type and its attributes
+        return f"<{kind}:{fingerprint(vars(value), nxt)}>"
+    return f"<{kind}>"
+
+
+_CLASS_NOISE = frozenset({"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__"})
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
 def _code(target: Any) -> bytes:
     """The code that defines a class or function.
 
-    Its module's whole source file when there is one (see ``_module_text``); else its own
-    source (a class's with its bases from the same module), else its cloudpickle bytes.
+    Its ``fingerprint`` (bytecode, closures, attributes), with its module's whole source file
+    when there is one (see ``_module_text``: helpers and constants it uses count too).
     """
-    whole = _module_text(target)
-    if whole is not None:
-        return whole
-    parts = [target]
-    if isinstance(target, type):
-        parts += [c for c in target.__mro__[1:] if c.__module__ == target.__module__]
-    out = b""
-    for part in parts:
-        code = _source(part)
-        out += code if code is not None else _by_value(part)
-    return out
+    whole = _module_text(target) or b""
+    return whole + fingerprint(target).encode()
 
 
 def _digest(obj: Any, form: Form) -> str:
@@ -261,11 +340,7 @@ def _digest(obj: Any, form: Form) -> str:
         cells = [c.cell_contents for c in obj.__closure__ or ()]
         data = (cells, obj.__defaults__, obj.__kwdefaults__)
     if data is not None:
-        try:
-            h.update(_by_value(data))
-        except Exception:  # unpicklable state: the world's own digest (else: this process only)
-            state = getattr(obj, "state_digest", None)
-            h.update(str(state() if callable(state) else id(obj)).encode())
+        h.update(fingerprint(data).encode())  # sets sorted: the same for every hash seed
     return h.hexdigest()[:_DIGEST_CHARS]
 
 
@@ -286,6 +361,12 @@ def name_object(kind: Kind, obj: Any, where: str | None = None) -> str:
     if isinstance(obj, str):
         return obj
     form = _form(kind, obj, where or kind)
+    if form == "instance":
+        first = _INSTANCES.get(id(obj))
+        if first is not None and first[0] is obj:
+            # Named again after a run changed it: every run starts from the state it had when
+            # it was first named, under the name it had then.
+            return first[1]
     ref = f"{_label(obj, form)}@{_digest(obj, form)}"
     known = OBJECTS.get(ref)
     # The latest object named wins (a notebook cell run again, an equal instance): same code.
@@ -296,8 +377,13 @@ def name_object(kind: Kind, obj: Any, where: str | None = None) -> str:
                 pristine = copy.deepcopy(obj)
             except Exception:  # not copyable: every run uses it as is
                 pristine = None
+            _INSTANCES[id(obj)] = (obj, ref)
         OBJECTS[ref] = UserObject(kind, form, obj, pristine)
     return ref
+
+
+_INSTANCES: dict[int, tuple[Any, str]] = {}
+"""Instances named in this process, by ``id``: the instance and the name it was first given."""
 
 
 def name_objects(fields: Mapping[str, Any]) -> dict[str, Any]:

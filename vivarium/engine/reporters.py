@@ -96,6 +96,7 @@ class Reporters:
     agent_ids: list[str]
     _order: list[int] | None = field(default=None, init=False)
     _order_known: bool = field(default=False, init=False)
+    _seen_ids: list[str] | None = field(default=None, init=False)
 
     @classmethod
     def of(cls, world: Any, agent_ids: list[str]) -> Reporters | None:
@@ -119,13 +120,19 @@ class Reporters:
         return {"model": list(self.model), "agent": list(self.agent)}
 
     def _world_order(self, world: Any) -> list[int] | None:
-        """Where each value of an aligned sequence goes: None when the orders are the same."""
-        if not self._order_known:
-            self._order_known = True
-            ids = getattr(world, "agent_ids", None)
-            if ids is not None and list(ids) != self.agent_ids:
+        """Where each value of an aligned sequence goes: None when the orders are the same.
+
+        Read again whenever the world's ``agent_ids`` change (a world may shuffle its own list
+        each step, as Mesa's models do), so values always land on their agents.
+        """
+        ids = getattr(world, "agent_ids", None)
+        current = list(ids) if ids is not None else None
+        if not self._order_known or current != self._seen_ids:
+            self._order_known, self._seen_ids = True, current
+            self._order = None
+            if current is not None and current != self.agent_ids:
                 try:
-                    position = {a: i for i, a in enumerate(ids)}
+                    position = {a: i for i, a in enumerate(current)}
                     self._order = [position[a] for a in self.agent_ids]
                 except (KeyError, TypeError):
                     self._order = None  # not the run's agents: read in run order
@@ -152,6 +159,11 @@ class Reporters:
         for name, reporter in self.agent.items():
             values = _call(reporter, world, name, "agent", step)
             if isinstance(values, Mapping):
+                if values and not any(a in values for a in self.agent_ids):
+                    raise ReporterError(
+                        f"agent reporter '{name}' at step {step} returned a mapping whose keys "
+                        f"are not agent ids (e.g. {next(iter(values))!r})"
+                    )
                 values = [values.get(a) for a in self.agent_ids]
             elif isinstance(values, str) or not hasattr(values, "__len__"):
                 raise ReporterError(
