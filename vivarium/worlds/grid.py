@@ -424,7 +424,9 @@ class Grid:
 
         Row ``y * width + x`` lists the neighbours of ``(x, y)`` as indices ``y * width + x``, in
         ``neighbourhood`` order, padded with -1 where a bounded grid's edge (or a small torus's
-        repeats) leaves fewer than ``k``. For batch worlds that count neighbours with numpy.
+        repeats) leaves fewer than ``k``. For batch worlds that count neighbours with numpy:
+        mask the padding (``table >= 0``) before indexing with it, since numpy reads -1 as the
+        last cell (``np.where(table >= 0, values[table], 0)``).
         """
         import numpy as np
 
