@@ -29,6 +29,7 @@ import functools
 import hashlib
 import inspect
 import linecache
+import os
 import pickle
 import random
 import sys
@@ -281,8 +282,8 @@ def fingerprint(value: Any, depth: int = 0) -> str:
         inner = value.fget if isinstance(value, property) else value.__func__
         return f"{type(value).__name__}({fingerprint(inner, nxt)})"
     if isinstance(value, type):
-        if value.__module__ == "builtins":
-            return value.__qualname__
+        if _from_a_library(value):  # its name says which it is; its body is not the user's
+            return f"{value.__module__}.{value.__qualname__}"
         own = sorted((k, v) for k, v in vars(value).items() if k not in _CLASS_NOISE)
         body = ",".join(f"{k}={fingerprint(v, nxt)}" for k, v in own)
         bases = ",".join(fingerprint(b, nxt) for b in value.__bases__ if b is not object)
@@ -292,7 +293,10 @@ def fingerprint(value: Any, depth: int = 0) -> str:
     if isinstance(value, set | frozenset):
         return "{" + ",".join(sorted(fingerprint(v, nxt) for v in value)) + "}"
     if isinstance(value, Mapping):
-        items = sorted((fingerprint(k, nxt), fingerprint(v, nxt)) for k, v in value.items())
+        try:
+            items = sorted((fingerprint(k, nxt), fingerprint(v, nxt)) for k, v in value.items())
+        except Exception:  # a mapping that cannot be read (a lazy schema): its type names it
+            return f"<{type(value).__module__}.{type(value).__qualname__}>"
         return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
     kind = f"{type(value).__module__}.{type(value).__qualname__}"
     if hasattr(value, "tobytes") and hasattr(value, "dtype"):  # a numpy array: its contents
@@ -303,6 +307,28 @@ def fingerprint(value: Any, depth: int = 0) -> str:
     if hasattr(value, "__dict__"):  # any other object: its type and its attributes
         return f"<{kind}:{fingerprint(vars(value), nxt)}>"
     return f"<{kind}>"
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Where the standard library, installed packages and Vivarium itself live."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots.add(os.path.dirname(os.path.abspath(__file__)))  # the vivarium package
+    return tuple(sorted(os.path.join(r, "") for r in roots))
+
+
+_LIBRARY_ROOTS = _library_roots()
+
+
+def _from_a_library(cls: type) -> bool:
+    """Whether ``cls`` comes from Python, an installed package or Vivarium (not user code)."""
+    module = sys.modules.get(cls.__module__)
+    if cls.__module__ == "builtins" or module is None:
+        return cls.__module__ == "builtins"
+    path = getattr(module, "__file__", None)
+    return bool(path) and os.path.abspath(str(path)).startswith(_LIBRARY_ROOTS)
 
 
 _CLASS_NOISE = frozenset({"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__"})
