@@ -151,15 +151,7 @@ class Experiment:
         for key in ("world", "policy"):  # an axis of classes or factories
             if key in values:
                 values[key] = [name_object(key, v) for v in values[key]]
-        if (self.model_reporters or self.agent_reporters) and backend != "inline":
-            from vivarium.errors import ConfigError
-
-            raise ConfigError(
-                "sweep: the experiment's model_reporters/agent_reporters reach runs in this "
-                "process only: use backend='inline', or declare them on the world "
-                "(its model_reporters / agent_reporters attributes), which every backend records"
-            )
-        with self._reporters():
+        with self._reporters():  # workers get them with the sweep's objects, by value
             return run_sweep(
                 self.config,
                 values or None,

@@ -301,9 +301,20 @@ def test_validate_checks_the_reporter_rows(tmp_path: Path) -> None:
     ]
 
 
-def test_experiment_reporters_refuse_worker_backends(tmp_path: Path) -> None:
+def test_experiment_reporters_reach_local_workers(tmp_path: Path) -> None:
+    """Reporters given to the Experiment (lambdas, outside its config) travel to worker
+    processes with the sweep's objects and are recorded there as in this process."""
     exp = _experiment("plain_boltzmann", model_reporters={"n": lambda w: len(w.wealth)})
-    with pytest.raises(Exception, match="reach runs in this process only: use backend='inline'"):
+    sweep = exp.sweep(folder=tmp_path / "s", backend="local", seed=[1, 2], progress=False)
+    assert sweep.model_vars["n"].tolist() == [N_AGENTS] * 2 * (STEPS + 1)
+
+
+def test_experiment_reporters_that_cannot_travel_are_one_line(tmp_path: Path) -> None:
+    import threading
+
+    lock = threading.Lock()  # cannot be pickled
+    exp = _experiment("plain_boltzmann", model_reporters={"n": lambda w: lock and 1})
+    with pytest.raises(Exception, match="reporters cannot be sent to worker processes"):
         exp.sweep(folder=tmp_path / "s", backend="local", seed=[1, 2], progress=False)
 
 

@@ -66,6 +66,11 @@ def check_reporters(value: Any, what: str) -> dict[str, Reporter]:
     return dict(value)
 
 
+def active_reporters() -> tuple[dict[str, Reporter], dict[str, Reporter]] | None:
+    """The experiment's (model, agent) reporters in force here, if any (a sweep sends them)."""
+    return _EXPERIMENT.get()
+
+
 @contextlib.contextmanager
 def experiment_reporters(
     model: Mapping[str, Reporter] | None, agent: Mapping[str, Reporter] | None

@@ -113,6 +113,7 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
         ConfigError: A factory cannot be pickled (naming it, and ``backend='inline'``).
     """
     from vivarium.build import POLICIES, WORLDS
+    from vivarium.engine.reporters import active_reporters
     from vivarium.objects import dumps_by_value, pack_objects
 
     user: dict[str, dict[str, Any]] = {"world": {}, "policy": {}}
@@ -129,8 +130,18 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
             if factory is not None:
                 user[kind].setdefault(name, factory)
     objects = pack_objects(names)
-    if not user["world"] and not user["policy"] and not objects:
+    reporters = active_reporters()  # the experiment's own, outside its config
+    if not user["world"] and not user["policy"] and not objects and not reporters:
         return None
+    if reporters:
+        try:
+            dumps_by_value(reporters)
+        except Exception as exc:
+            raise ConfigError(
+                "sweep: the experiment's model_reporters/agent_reporters cannot be sent to "
+                f"worker processes ({error_line(exc)}): make what they use picklable, declare "
+                "them on the world, or use backend='inline'"
+            ) from None
     for kind, table in [*user.items(), ("object", objects)]:
         for name, factory in sorted(table.items()):
             try:
@@ -144,7 +155,21 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
                 ) from None
     if objects:
         user["object"] = objects
+    if reporters:
+        user["reporters"] = reporters
     return dumps_by_value(user)
+
+
+# The experiment reporters each registrations blob carried (by its hash), for the runs it serves.
+_SENT_REPORTERS: dict[str, Any] = {}
+
+
+def _sent_reporters(blob: bytes | None) -> Any:
+    """A ``with`` block in which the reporters the sweep process sent are in force."""
+    from vivarium.engine.reporters import experiment_reporters
+
+    sent = _SENT_REPORTERS.get(hashlib.sha256(blob).hexdigest()) if blob else None
+    return experiment_reporters(*(sent or (None, None)))
 
 
 def _apply_registrations(blob: bytes | None) -> None:
@@ -160,6 +185,7 @@ def _apply_registrations(blob: bytes | None) -> None:
     from vivarium.objects import unpack_objects
 
     user = pickle.loads(blob)
+    _SENT_REPORTERS[key] = user.get("reporters")
     unpack_objects(user.get("object", {}))
     for name, factory in user["world"].items():
         register_world(name, factory)
@@ -228,7 +254,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             ) from None
         config = make_config(ExperimentConfig, task["config"], where=f"sweep run {idx}")
         path = Path(task["path"])
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _sent_reporters(task.get("registrations")):
             # The sweep reports every run's health at its end, in one warning (Sweep.problems).
             warnings.simplefilter("ignore", RunHealthWarning)
             if is_resumable(path, task["run_id"]):
