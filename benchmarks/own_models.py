@@ -503,37 +503,45 @@ class _BoltzmannDecider:
         """Nothing to hand back: the agents' own generators are not used in batches."""
 
 
-class BatchBoltzmannPolicy:
-    """Wander (as ``BoltzmannGridPolicy``), decided for all agents at once (``BatchPolicy``).
+class _BatchedPolicy:
+    """A per-agent policy that the engine may decide for all agents at once (``BatchPolicy``).
 
-    Alone (an agent at a time) it decides as ``BoltzmannGridPolicy`` does.
+    Alone (an agent at a time) it decides as ``single`` does; given every agent, the engine
+    asks ``decider`` when the world batches ``action``. Subclasses name the three.
     """
 
-    name = "boltzmann_grid_batch"
+    single: type
+    action: str
+    decider: type
 
     def __init__(self, agent_id: str, seed: int | None = 0) -> None:
-        """One agent's policy; the batch decider seeds one generator from the first seed."""
+        """One agent's policy; a batch decider seeds its generator from the policies' seeds."""
         self.agent_id, self.seed = agent_id, _seed_of(seed)
-        self._single: BoltzmannGridPolicy | None = None  # made when first asked alone
+        self._single: Any = None  # made when first asked alone
 
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
         """One agent's decision (when the engine does not batch)."""
         if self._single is None:
-            self._single = BoltzmannGridPolicy(self.agent_id, self.seed)
+            self._single = self.single(self.agent_id, self.seed)
         return self._single.decide(
             run_id=run_id, time_step=time_step, agent_id=agent_id, observation=observation
         )
 
     @classmethod
-    def batch_decider(
-        cls, policies: Sequence[Any], world_actions: frozenset[str]
-    ) -> _BoltzmannDecider | None:
-        """A decider for all agents when the world batches ``wander``."""
-        if "wander" not in world_actions or not all(type(p) is cls for p in policies):
+    def batch_decider(cls, policies: Sequence[Any], world_actions: frozenset[str]) -> Any:
+        """A decider for all agents when the world batches ``action`` (else None)."""
+        if cls.action not in world_actions or not all(type(p) is cls for p in policies):
             return None
-        return _BoltzmannDecider(policies)
+        return cls.decider(policies)
+
+
+class BatchBoltzmannPolicy(_BatchedPolicy):
+    """Wander (as ``BoltzmannGridPolicy``), decided for all agents at once."""
+
+    name = "boltzmann_grid_batch"
+    single, action, decider = BoltzmannGridPolicy, "wander", _BoltzmannDecider
 
 
 # ================================================================================================
@@ -850,34 +858,11 @@ class _SchellingDecider:
         """Nothing to hand back."""
 
 
-class BatchSchellingPolicy:
-    """Seek (as ``SchellingPolicy``), decided for all agents at once (``BatchPolicy``)."""
+class BatchSchellingPolicy(_BatchedPolicy):
+    """Seek (as ``SchellingPolicy``), decided for all agents at once."""
 
     name = "schelling_batch"
-
-    def __init__(self, agent_id: str, seed: int | None = 0) -> None:
-        """One agent's policy."""
-        self.agent_id, self.seed = agent_id, _seed_of(seed)
-        self._single: SchellingPolicy | None = None  # made when first asked alone
-
-    def decide(
-        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
-    ) -> ActionRequest:
-        """One agent's decision (when the engine does not batch)."""
-        if self._single is None:
-            self._single = SchellingPolicy(self.agent_id, self.seed)
-        return self._single.decide(
-            run_id=run_id, time_step=time_step, agent_id=agent_id, observation=observation
-        )
-
-    @classmethod
-    def batch_decider(
-        cls, policies: Sequence[Any], world_actions: frozenset[str]
-    ) -> _SchellingDecider | None:
-        """A decider for all agents when the world batches ``seek``."""
-        if "seek" not in world_actions or not all(type(p) is cls for p in policies):
-            return None
-        return _SchellingDecider(policies)
+    single, action, decider = SchellingPolicy, "seek", _SchellingDecider
 
 
 # -- sizes -----------------------------------------------------------------------------------------
