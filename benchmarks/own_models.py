@@ -183,8 +183,8 @@ class BoltzmannGridWorld:
     model_reporters = {"gini": lambda w: gini(w.wealth)}
     agent_reporters = {
         "wealth": lambda w: w.wealth,
-        "x": lambda w: [c % w.width for c in w.cell],
-        "y": lambda w: [c // w.width for c in w.cell],
+        "x": lambda w: np.array(w.cell) % w.width,
+        "y": lambda w: np.array(w.cell) // w.width,
     }
 
     def __init__(
@@ -313,8 +313,10 @@ class BatchBoltzmannWorld(_Rows):
     rule: the agent at commit position k moves to the neighbour its draw picks and, if it has
     wealth, gives one unit to the cellmate its second draw picks among those there at its turn
     (agents before it that moved in, agents after it not yet gone). Cellmates are found for
-    all agents at once with sorted keys; only the gives run as a short loop over ints. The
-    ``result`` column records ``{"give_to": id, "to": cell}`` per agent.
+    all agents at once with sorted keys, and who can give (``sequential_gives``) in a few
+    rounds of array operations. The agents act in the engine's order or, when that is sorted,
+    in a random order the policy draws each step (as Mesa's ``shuffle_do``). The ``result``
+    column records ``{"give_to": id, "to": cell}`` per agent.
     One agent at a time (``observe``/``apply``) it behaves as ``BoltzmannGridWorld``.
     """
 
@@ -414,14 +416,21 @@ class BatchBoltzmannWorld(_Rows):
         return frozenset({"wander"})
 
     def apply_batch(self, decisions: BatchDecisions, agent_ids: Sequence[str]) -> BatchOutcomes:
-        """Move everyone, then let everyone with wealth give to a random cellmate."""
+        """Move everyone, then let everyone with wealth give to a random cellmate.
+
+        Agents act in activation order: the engine's commit order, or the order the policy
+        drew (``extra["order"]``, positions in ``agent_ids``) when the engine's is sorted.
+        """
         rows = self._rows(agent_ids)
         u_move, u_give = decisions.extra["u_move"], decisions.extra["u_give"]
+        perm = decisions.extra.get("order")
+        if perm is not None:  # from here on, position k is the k-th agent to act
+            rows, u_move, u_give = rows[perm], u_move[perm], u_give[perm]
         n = len(rows)
         old = self.cell[rows]
         new = self.table[old, (u_move * self.n_neighbours[old]).astype(np.int64)]
         self.cell[rows] = new
-        # Mesa's agents move and give one after another: the agent at commit position k finds
+        # Mesa's agents move and give one after another: the agent at position k finds
         # in its new cell those before it that moved there and those after it not yet gone.
         # Keys cell * n + position, sorted, answer both counts with binary searches.
         at = np.arange(n)
@@ -429,9 +438,10 @@ class BatchBoltzmannWorld(_Rows):
         by_new = np.argsort(new, kind="stable")  # by (cell, position)
         by_old = np.argsort(old, kind="stable")
         s_new, s_old = (new * n + at)[by_new], (old * n + at)[by_old]
-        ends_new = np.cumsum(np.bincount(new, minlength=cells))
+        count_new = np.bincount(new, minlength=cells)
+        ends_new = np.cumsum(count_new)
         ends_old = np.cumsum(np.bincount(old, minlength=cells))
-        first_new = ends_new[new] - np.bincount(new, minlength=cells)[new]
+        first_new = ends_new[new] - count_new[new]
         rank = np.empty(n, dtype=np.int64)
         rank[by_new] = at
         before = rank - first_new
@@ -445,22 +455,15 @@ class BatchBoltzmannWorld(_Rows):
             by_old[np.minimum(after_from + pick - before, n - 1)],
         )
         mate = np.where(before + after > 0, rows[mate_pos], -1)
-        # Gives in commit order, as Mesa's agents give one after another: an agent that has
-        # just received can pass a unit on in the same step (simultaneous gives would not,
-        # and would settle on a visibly lower Gini). A loop over plain ints: ~0.2 us a row.
-        wealth = self.wealth.tolist()
-        has_mate = np.flatnonzero(mate >= 0)
-        gave = [
-            k
-            for k, i, j in zip(
-                has_mate.tolist(), rows[has_mate].tolist(), mate[has_mate].tolist(), strict=True
-            )
-            if wealth[i] > 0 and _give(wealth, i, j)
-        ]
-        self.wealth = np.array(wealth, dtype=np.int64)
-        receiver = np.full(n, -1, dtype=np.int64)
-        receiver[gave] = mate[gave]
-        self.transfers += len(gave)
+        gave = sequential_gives(rows, self.wealth, mate)
+        self.wealth -= np.bincount(rows[gave], minlength=len(self.wealth))
+        self.wealth += np.bincount(mate[gave], minlength=len(self.wealth))
+        receiver = np.where(gave, mate, -1)
+        self.transfers += int(gave.sum())
+        if perm is not None:  # back to the engine's order for the result column
+            back = np.empty(n, dtype=np.int64)
+            back[perm] = at
+            receiver, new = receiver[back], new[back]
         result = (
             "["
             + ",".join(
@@ -472,14 +475,37 @@ class BatchBoltzmannWorld(_Rows):
             )
             + "]"
         )
-        done = BatchOutcomes.all_succeeded(len(rows))
+        done = BatchOutcomes.all_succeeded(n)
         return BatchOutcomes(success=done.success, result=result)
 
 
-def _give(wealth: list[int], i: int, j: int) -> bool:
-    wealth[i] -= 1
-    wealth[j] += 1
-    return True
+def sequential_gives(agents: np.ndarray, wealth: np.ndarray, mate: np.ndarray) -> np.ndarray:
+    """Which agents give when they give one after another, in position order, to ``mate``.
+
+    The agent at position k (``agents[k]``, an agent index) gives one unit to ``mate[k]``
+    (an agent index, -1: nobody) if it has any at its turn: its wealth before the step
+    (``wealth[agents[k]]``) plus what agents before it gave it (each agent acts once, so it
+    has given nothing yet). An agent with wealth gives; one without gives only if an earlier
+    giver gave to it. Found for all at once, by rounds: each adds those whose earliest giver
+    acts before them, until none is added (rounds: the longest chain of passed-on units).
+
+    Returns:
+        A boolean array: the agent at position k gave.
+    """
+    n = len(agents)
+    can = mate >= 0
+    gives = can & (wealth[agents] > 0)
+    broke = np.flatnonzero(can & ~gives)  # positions that give only if paid in time
+    while len(broke):
+        givers = np.flatnonzero(gives)
+        first = np.full(len(wealth), n, dtype=np.int64)  # earliest giver's position, per agent
+        np.minimum.at(first, mate[givers], givers)
+        paid = first[agents[broke]] < broke
+        if not paid.any():
+            break
+        gives[broke[paid]] = True
+        broke = broke[~paid]
+    return gives
 
 
 class _BoltzmannDecider:
@@ -491,12 +517,13 @@ class _BoltzmannDecider:
         self.codes = np.zeros(len(policies), dtype=np.int64)
 
     def decide_batch(self, time_step: int, order: Sequence[int] | None) -> BatchDecisions:
+        """Two draws per agent, and the order they act in unless the engine shuffled them."""
         n = len(self.policies)
+        extra = {"u_move": self.rng.random(n), "u_give": self.rng.random(n)}
+        if order is None:  # the engine keeps agent order: the model draws Mesa's random order
+            extra["order"] = self.rng.permutation(n)
         return BatchDecisions(
-            time_step=time_step,
-            action_names=("wander",),
-            codes=self.codes,
-            extra={"u_move": self.rng.random(n), "u_give": self.rng.random(n)},
+            time_step=time_step, action_names=("wander",), codes=self.codes, extra=extra
         )
 
     def sync_policies(self) -> None:
@@ -786,7 +813,7 @@ class BatchSchellingWorld(_SchellingState):
         """As ``SchellingWorld``."""
         self._setup(agent_ids, seed, width, height, minority_pc, homophily, radius, torus)
         self._to_text = np.array(
-            [json.dumps(f'{{"to":{c}}}') for c in range(width * height)] + ["null"], dtype=object
+            [f'"{{\\"to\\":{c}}}"' for c in range(width * height)] + ["null"], dtype=object
         )
 
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:

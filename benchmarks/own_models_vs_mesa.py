@@ -5,8 +5,9 @@
 Mesa's side is the installed ``mesa.examples.BoltzmannWealth`` and ``Schelling`` (not
 rewritten), each with its own ``DataCollector``; its frames (model and agent variables) are
 loaded at the end. Vivarium's side is ``benchmarks/own_models.py``: per agent (a plain-Python
-world and policy, every decision an action) and batched (numpy world, ``BatchPolicy``), run
-with ``order="shuffle"`` as Mesa's ``shuffle_do``; every decision is recorded in the trace
+world and policy, every decision an action, run with ``order="shuffle"`` as Mesa's
+``shuffle_do``) and batched (numpy world, ``BatchPolicy``, whose policy draws the random
+activation order itself); every decision is recorded in the trace
 (SQLite) and ``run.actions``, ``run.model_vars`` and ``run.agent_vars`` are loaded.
 
 Sizes are Mesa's own benchmark configurations (``benchmarks/configurations.py`` in Mesa's
@@ -62,6 +63,7 @@ CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 SIDES = ("mesa", "agent", "batch")
+PARTS = ("build", "steps", "finish", "frames")
 
 
 def mesa_side(model: str, size: str) -> dict[str, Any]:
@@ -74,6 +76,7 @@ def mesa_side(model: str, size: str) -> dict[str, Any]:
     def once(params: dict[str, Any], steps: int) -> dict[str, Any]:
         start = time.perf_counter()
         m = cls(seed=SEED, **params)
+        built = time.perf_counter()
         marks = []
         for _ in range(steps):
             m.step()
@@ -91,6 +94,12 @@ def mesa_side(model: str, size: str) -> dict[str, Any]:
             "run_s": ran,
             "total_s": total,
             "step_s": (marks[-1] - marks[0]) / (steps - 1),
+            "parts": {
+                "build": built - start,
+                "steps": marks[-1] - built,
+                "finish": 0.0,
+                "frames": total - ran,
+            },
             "agents": len(m.agents),
             "rows": len(av),
             "stat": stat,
@@ -129,7 +138,10 @@ def vivarium_side(model: str, size: str, batched: bool) -> dict[str, Any]:
             agents=agents,
             steps=steps,
             seed=SEED,
-            order="shuffle",
+            # Per agent, the engine shuffles the agents each step (Mesa's ``shuffle_do``);
+            # batched, the policy draws that order with numpy (Boltzmann) or the rule is
+            # simultaneous (Schelling), and the engine records rows in agent order.
+            order="sorted" if batched else "shuffle",
             world_options=params,
         ).run(db, progress=False, on_step=lambda step, record: marks.append(time.perf_counter()))
         ran = time.perf_counter() - start
@@ -137,10 +149,18 @@ def vivarium_side(model: str, size: str, batched: bool) -> dict[str, Any]:
         total = time.perf_counter() - start
         last = av[av["step"] == av["step"].max()]
         stat = int(last["wealth"].sum()) if model == "boltzmann" else float(mv.iloc[-1, -1])
+        step_s = (marks[-1] - marks[0]) / (steps - 1)
+        built = marks[0] - start - step_s  # the first step's end, less one steady step
         return {
             "run_s": ran,
             "total_s": total,
-            "step_s": (marks[-1] - marks[0]) / (steps - 1),
+            "step_s": step_s,
+            "parts": {
+                "build": built,
+                "steps": marks[-1] - start - built,
+                "finish": ran - (marks[-1] - start),  # the writer's last commits, reopening
+                "frames": total - ran,
+            },
             "agents": agents,
             "rows": len(actions),
             "stat": stat,
@@ -179,6 +199,7 @@ def main() -> None:
     sizes = ("small",) if args.quick else ("small", "large")
     print(f"Own models vs Mesa: {machine()}")
     rows: list[str] = []
+    parts: list[str] = []
     goals: list[str] = []
     for model in CONFIGS:
         for size in sizes:
@@ -211,6 +232,14 @@ def main() -> None:
             )
             print(line)
             goals.append(f"- {line}")
+            parts.append(
+                f"| {model} | {size} | "
+                + " | ".join(
+                    " / ".join(f"{best[side]['parts'][part] * 1e3:.1f}" for side in SIDES)
+                    for part in PARTS
+                )
+                + " |"
+            )
             rows.append(
                 f"| {model} | {size} | {m['agents']:,} x {steps} | {m['total_s'] * 1e3:.1f} | "
                 f"{best['agent']['total_s'] * 1e3:.1f} | {best['batch']['total_s'] * 1e3:.1f} | "
@@ -241,6 +270,15 @@ def main() -> None:
         "Goals (per agent <= 1.0x Mesa's time, batched >= 10x faster):",
         "",
         *goals,
+        "",
+        "Where the time goes (ms, Mesa / per agent / batched, the best run of each): building",
+        "the model (Vivarium: the plan, world, policies, engine and trace file; taken as the",
+        "first step's end less one steady step), stepping it, finishing (Vivarium: the trace",
+        "writer's last commits and reading the run back) and loading the frames.",
+        "",
+        "| model | size | " + " | ".join(PARTS) + " |",
+        "|---|---|" + "---|" * len(PARTS),
+        *parts,
     ]
     if not (args.no_write or args.quick):
         write_section(SECTION, "\n".join(lines))

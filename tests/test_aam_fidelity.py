@@ -52,6 +52,19 @@ def test_agent_order_is_the_index_order_and_text_order_up_to_999() -> None:
     assert sorted(shuffled, key=agent_sort_key) == ids
     named = ["alpha_2", "beta_2", "agent_007", "llm_000", "alpha_2_10", "alpha_2_2", "agent_010"]
     assert sorted(named, key=agent_sort_key) == sorted(named)  # unchanged below four digits
+    # Only ASCII digits count as a trailing number (not "٣", an Arabic-Indic three), and an
+    # id that is all digits is a number too.
+    odd = ["12345", "x٣٤٥٦", "agent_0001", "b_12_3456", "1234", "", "agent_99", "9999"]
+    assert sorted(odd, key=agent_sort_key) == [
+        "",
+        "1234",  # numbers sort as a prefix "" past three digits: before any letter
+        "9999",
+        "12345",
+        "agent_99",
+        "agent_0001",
+        "b_12_3456",
+        "x٣٤٥٦",
+    ]
 
 
 def test_the_engine_steps_agents_past_999_in_index_order(tmp_path: Path) -> None:

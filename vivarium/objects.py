@@ -171,14 +171,28 @@ def _check_call(
     """Refuse, in one line, a call ``target(**given)`` its signature cannot take.
 
     A missing argument nobody supplies, or an option it does not accept, is the user's to fix;
-    an error raised inside the call is the object's own and goes up as it is.
+    an error raised inside the call is the object's own and goes up as it is. Only the names
+    matter, so each set of names is checked once per class or factory (not once per agent:
+    reading a signature costs more than building a small policy).
     """
+    names = tuple(given)
+    try:
+        _cached_check_names(target, names, kind, options)
+    except TypeError as exc:
+        if not str(exc).startswith("unhashable"):
+            raise
+        _check_names(target, names, kind, options)  # an unhashable callable: each time
+
+
+def _check_names(
+    target: Callable[..., Any], names: tuple[str, ...], kind: str, options: str
+) -> None:
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # no signature to read: let the call decide
         return
     try:
-        signature.bind(**given)
+        signature.bind(**dict.fromkeys(names))
     except TypeError as exc:
         name = getattr(target, "__qualname__", type(target).__qualname__)
         offered = ", ".join(_WORLD_KEYWORDS if kind == "world" else _POLICY_KEYWORDS)
@@ -186,6 +200,9 @@ def _check_call(
             f"{kind} {name}: {exc} (it is called with the keywords it names among {offered}, "
             f"and {options})"
         ) from None
+
+
+_cached_check_names = functools.lru_cache(maxsize=256)(_check_names)
 
 
 OBJECTS: dict[str, UserObject] = {}

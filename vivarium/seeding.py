@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 from typing import Any
 
 UINT64_MASK = (1 << 64) - 1
@@ -152,7 +151,7 @@ class AgentSeeds:
 
 # A numbered id's digits: at least 3 (``agent_000``), more only past 999 (``agent_1000``).
 ID_DIGITS = 3
-_TRAILING_NUMBER = re.compile(r"^(.*?)([0-9]+)$")
+_ASCII_DIGITS = "0123456789"  # an id's trailing number: these only, not other Unicode digits
 # Sorts after any text an id can hold, so ``agent_1000`` comes after every ``agent_999...``.
 _PAST_THREE_DIGITS = "999\U0010ffff"
 
@@ -192,11 +191,11 @@ def agent_sort_key(agent_id: str) -> tuple[str, int, str]:
         A key for ``sorted``: ``(agent_id, 0, "")``, or, for an id ending in four or more
         digits, ``(prefix + "999" + a last character, number of digits, digits)``.
     """
-    match = _TRAILING_NUMBER.match(agent_id)
-    if match is None or len(match.group(2)) <= ID_DIGITS:
+    prefix = agent_id.rstrip(_ASCII_DIGITS)
+    digits = len(agent_id) - len(prefix)
+    if digits <= ID_DIGITS:
         return (agent_id, 0, "")
-    prefix, digits = match.groups()
-    return (prefix + _PAST_THREE_DIGITS, len(digits), digits)
+    return (prefix + _PAST_THREE_DIGITS, digits, agent_id[len(prefix) :])
 
 
 def canonical_json(value: Any) -> str:

@@ -15,6 +15,11 @@ Every world gives ``time_step`` and ``agent_id``; the channel world adds ``messa
 """
 
 
+# Bound once: looked up per call they cost a quarter of ``trusted``.
+_new = object.__new__
+_set = object.__setattr__
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -26,11 +31,11 @@ class _Model(BaseModel):
         costs ~1.6 us. Every field must be given. Checked once against ``model_construct`` at
         import, with that as the fallback should pydantic's internals change.
         """
-        obj = cls.__new__(cls)
-        object.__setattr__(obj, "__dict__", values)
-        object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-        object.__setattr__(obj, "__pydantic_extra__", None)
-        object.__setattr__(obj, "__pydantic_private__", None)
+        obj = _new(cls)
+        _set(obj, "__dict__", values)
+        _set(obj, "__pydantic_fields_set__", set(values))
+        _set(obj, "__pydantic_extra__", None)
+        _set(obj, "__pydantic_private__", None)
         return obj
 
 

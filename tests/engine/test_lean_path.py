@@ -196,6 +196,12 @@ def test_shuffle_is_random_shuffle(n: int) -> None:
         {"to": None},
         {"to": ["a", {"z": 1, "y": 2}]},
         {"when": object},
+        {"to": 37, "give_to": "agent_5"},
+        {"z": -1, "a": 10**30, "m": "x", "b": 0},
+        {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5},
+        {"a": False, "b": 1},
+        {"b": "y", "a": None},
+        {1: "x"},
     ],
 )
 def test_encode_object_is_canonical_json(value: Any) -> None:

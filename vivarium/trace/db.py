@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from vivarium.errors import TraceError
 from vivarium.trace.records import StepRecord
@@ -203,6 +204,53 @@ def read_meta(path: str | os.PathLike[str], key: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+_TEMPLATE: list[bytes] = []
+_TEMPLATE_LOCK = threading.Lock()
+
+
+def _empty_trace() -> bytes:
+    """A new trace file's bytes: the schema and marks, made once per process in memory.
+
+    Writing them costs a third of running the schema's statements against each new file
+    (which a sweep of many short runs pays once per run).
+    """
+    with _TEMPLATE_LOCK:
+        if not _TEMPLATE:
+            con = sqlite3.connect(":memory:", isolation_level=None)
+            con.executescript(
+                f"PRAGMA application_id={APPLICATION_ID};"
+                f"PRAGMA user_version={SCHEMA_VERSION};"
+                f"BEGIN;{DDL}"
+                "INSERT INTO meta VALUES ('format', 'vivarium-trace');"
+                f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
+                "COMMIT;"
+            )
+            _TEMPLATE.append(con.serialize())
+            con.close()
+        return _TEMPLATE[0]
+
+
+def _write_empty_trace(path: Path) -> None:
+    """Fill the new, empty file at ``path`` (made by the writer lock) with an empty trace.
+
+    Raises:
+        TraceError: the file is no longer empty (another process wrote it meanwhile).
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size:
+            raise TraceError(f"{path} was written by another process while this run began")
+        data = memoryview(_empty_trace())
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+
+
+_NOTHING = object()  # no job carried over to the writer's next turn
+_GROUP_MAX = 64  # transactions committed together at most, when the writer falls behind
+
+
 def _configure(con: sqlite3.Connection) -> None:
     con.execute("PRAGMA journal_mode=WAL")
     # WAL + NORMAL survives a killed process; only a power cut can lose the last steps.
@@ -222,21 +270,17 @@ class _Writer(threading.Thread):
         self.error: BaseException | None = None
         self.error_step: int | None = None  # the step being written when the error came
         self.ready = threading.Event()
+        # Called after a rollback, so that state kept beside the file (the reporter tables
+        # made) is made again by the transactions that are replayed.
+        self.on_rollback: Callable[[], None] = lambda: None
 
     def run(self) -> None:
         con: sqlite3.Connection | None = None
         try:
-            con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             if self.create:
-                # Written before WAL is on, so the marks are in the main file's header at once.
-                con.executescript(
-                    f"PRAGMA application_id={APPLICATION_ID};"
-                    f"PRAGMA user_version={SCHEMA_VERSION};"
-                    f"BEGIN;{DDL}"
-                    "INSERT INTO meta VALUES ('format', 'vivarium-trace');"
-                    f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
-                    "COMMIT;"
-                )
+                # The empty trace, marks in the main file's header, written before WAL is on.
+                _write_empty_trace(self.path)
+            con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             _configure(con)
             if self.max_pages is not None:
                 con.execute(f"PRAGMA max_page_count={int(self.max_pages)}")
@@ -247,19 +291,60 @@ class _Writer(threading.Thread):
                 con.close()
             return
         self.ready.set()
+        carry: Any = _NOTHING
         while True:
-            job = self.jobs.get()
+            job = self.jobs.get() if carry is _NOTHING else carry
+            carry = _NOTHING
             if job is None:
                 break
             if self.error is not None:
                 continue  # drain: after a failure nothing more is written
-            try:
-                job(con)
-            except BaseException as exc:  # noqa: BLE001
-                self.error = exc
-                self.error_step = getattr(job, "step", None)
-                if con.in_transaction:
-                    con.rollback()
+            group = [job]
+            if getattr(job, "parts", None) is not None:
+                # Transactions queued behind this one (the engine got ahead: many small
+                # steps) commit with it, so a commit's cost is shared instead of paid per step.
+                while len(group) < _GROUP_MAX:
+                    try:
+                        nxt = self.jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None or getattr(nxt, "parts", None) is None:
+                        carry = nxt
+                        break
+                    group.append(nxt)
+            if len(group) == 1 or not self._run_group(con, group):
+                for one in group:  # alone, or again one by one to name the step that failed
+                    self._run_one(con, one)
+        self._finish(con)
+
+    def _run_one(self, con: sqlite3.Connection, job: Callable[[sqlite3.Connection], None]) -> None:
+        if self.error is not None:
+            return
+        try:
+            job(con)
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+            self.error_step = getattr(job, "step", None)
+            if con.in_transaction:
+                con.rollback()
+            self.on_rollback()
+
+    def _run_group(self, con: sqlite3.Connection, group: list[Any]) -> bool:
+        """Commit several transactions as one; False (rolled back) if any part failed."""
+        try:
+            con.execute("BEGIN")
+            for job in group:
+                for part in job.parts:
+                    part(con)
+            con.execute("COMMIT")
+        except BaseException:  # noqa: BLE001 - replayed one by one, which keeps the error
+            if con.in_transaction:
+                con.rollback()
+            self.on_rollback()
+            return False
+        return True
+
+    def _finish(self, con: sqlite3.Connection) -> None:
         # Leave a closed trace as one self-contained file: readers then create no -wal/-shm.
         with contextlib.suppress(sqlite3.Error):
             con.execute("PRAGMA journal_mode=DELETE")
@@ -359,6 +444,7 @@ class TraceDb:
             )
         self._lock_fd = _acquire_writer_lock(self.path)
         self._writer = _Writer(self.path, create=not _resume, max_pages=max_pages)
+        self._writer.on_rollback = self._forget_tables
         self._writer.start()
         self._writer.ready.wait()
         if self._writer.error is not None:
@@ -366,6 +452,10 @@ class TraceDb:
             self._closed = True
             _release_writer_lock(self._lock_fd)
             raise _friendly(err, self.path) from None
+
+    def _forget_tables(self) -> None:
+        """A rolled-back transaction may have made the reporter tables: make them again."""
+        self._reporter_tables = False
 
     # -- creation -----------------------------------------------------------------------------
     def _prepare_new(self, overwrite: bool) -> None:
@@ -494,6 +584,7 @@ class TraceDb:
             con.execute("COMMIT")
 
         job.step = step  # type: ignore[attr-defined]  # named in the error if it fails
+        job.parts = parts  # type: ignore[attr-defined]  # the writer may commit it with others
         self._submit(job)
 
     def _take_pending(self) -> list[Callable[[sqlite3.Connection], None]]:

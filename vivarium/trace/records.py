@@ -32,19 +32,30 @@ _canonical = json.JSONEncoder(
 ).encode
 
 
+_FLAT_MAX = 4  # keys of a mapping written directly (sorted by hand) by ``encode_object``
+_int_text = int.__repr__
+
+
 def encode_object(value: dict[str, Any] | None) -> str | None:
     """A decision's arguments, metadata or result as stored: canonical JSON, or None if empty.
 
-    The same text as ``canonical_json`` (sorted keys, no spaces, ``default=str``). A flat
-    mapping of strings to strings, the commonest arguments (``{"to": "agent_7"}``), is written
-    directly, a fifth of the encoder's cost: this runs for every decision of a run.
+    The same text as ``canonical_json`` (sorted keys, no spaces, ``default=str``). A small flat
+    mapping of strings to strings and integers, the commonest arguments (``{"to": "agent_7"}``,
+    ``{"cell": 37}``), is written directly, half the encoder's cost: this runs for every
+    decision of a run. (``type(...) is int`` leaves out ``bool``, which JSON writes as
+    ``true``; an ``int`` is written as JSON writes it, ``int.__repr__``.)
     """
     if not value:
         return None
-    if type(value) is dict and len(value) == 1:
-        for key, item in value.items():
-            if type(key) is str and type(item) is str:
-                return "{" + _quote(key) + ":" + _quote(item) + "}"
+    if type(value) is dict and len(value) <= _FLAT_MAX:
+        parts = []
+        for key in sorted(value) if len(value) > 1 else value:
+            item = value[key]
+            kind = type(item)
+            if type(key) is not str or (kind is not str and kind is not int):
+                return _canonical(value)
+            parts.append(_quote(key) + ":" + (_quote(item) if kind is str else _int_text(item)))
+        return "{" + ",".join(parts) + "}"
     return _canonical(value)
 
 
