@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.old_schema import as_schema_2
 from tests.workflow.wf_helpers import agent_data, write_agent
 from vivarium import ActionRequest, Run, TraceDb, WorldEngine, WorldEngineConfig
 from vivarium.engine.deciding import Decider
@@ -313,6 +314,7 @@ FROM steps AS s JOIN json_each(s.agent_idx) AS j LEFT JOIN agents AS a ON a.agen
 def as_schema_1(db: Path) -> None:
     """Rewrite a trace the way schema 1 recorded it: no fallback column, an unusable reply as a
     successful noop whose metadata holds the reason."""
+    as_schema_2(db)
     con = sqlite3.connect(db)
     with con:
         for step, metadata, success, error in con.execute(

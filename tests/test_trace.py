@@ -146,11 +146,10 @@ def test_validate_ok_then_catches_tampering(db: Path) -> None:
     Experiment(agents=3, steps=5, seed=42).run(db)
     assert validate_trace(db).status == "ok"
     con = sqlite3.connect(db)
-    text = con.execute("SELECT action FROM steps WHERE step = 2").fetchone()[0]
-    flipped = (
-        text.replace("noop", "XXXX", 1) if "noop" in text else text.replace("emit_event", "noop", 1)
-    )
-    con.execute("UPDATE steps SET action = ? WHERE step = 2", (flipped,))
+    key = (2 << 24) | 1  # step 2, the second decision
+    action = con.execute("SELECT action FROM decisions WHERE id = ?", (key,)).fetchone()[0]
+    flipped = "emit_event" if action == "noop" else "noop"
+    con.execute("UPDATE decisions SET action = ? WHERE id = ?", (flipped, key))
     con.commit()
     con.close()
     report = validate_trace(db)

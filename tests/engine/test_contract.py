@@ -8,6 +8,7 @@ decisions must write exactly the rows the per-agent path writes.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -419,3 +420,41 @@ def test_the_seed_design_keywords_still_build_an_engine() -> None:
     record = engine.step()
     assert engine.world_capabilities.name == "channel" and record.n_actions == 1
     assert engine._batch is not None  # random agents in the channel: the batch path
+
+
+@pytest.mark.parametrize(
+    ("spoil", "problem"),
+    [
+        (lambda text: text.replace(",", ", "), "is not compact JSON"),
+        (lambda text: text[: text.rindex(",")] + "]", "is not a JSON array of 7 values"),
+        (lambda text: "[" + ",".join(["null"] * 7) + "]", "a column of nulls only is None"),
+    ],
+    ids=["spaces", "a row short", "nulls as text"],
+)
+def test_a_batch_column_unlike_the_per_agent_paths_is_refused(
+    db: Path, spoil: Any, problem: str
+) -> None:
+    """Rows are stored one by one and hashed as ``encode_column`` writes them: a column in
+    another form would fail validation later, so the first batch step refuses it, naming it."""
+
+    class Sloppy(FrogBatch):
+        def decide_batch(self, time_step: int, order: Sequence[int] | None) -> BatchDecisions:
+            made = super().decide_batch(time_step, order)
+            return dataclasses.replace(made, arguments=spoil(made.arguments))
+
+    class SloppyFrog(Frog):
+        @classmethod
+        def batch_decider(cls, policies: Sequence[Any], world_actions: frozenset[str]) -> Any:
+            return Sloppy(policies)
+
+    trace = TraceDb(db)
+    engine = WorldEngine(
+        WorldEngineConfig(run_id="sloppy"),
+        {f"f{i:02d}": SloppyFrog(i) for i in range(7)},
+        Pond(),
+        trace_db=trace,
+    )
+    with pytest.raises(ConfigError, match=f"Sloppy: the batch's 'arguments' column .*{problem}"):
+        engine.run(1)
+    trace.close()
+    assert Run.open(db).metadata["steps_done"] == 0

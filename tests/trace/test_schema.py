@@ -11,11 +11,20 @@ from vivarium.trace.db import TraceDb
 from vivarium.trace.frames import frame_schema, read_arrow
 from vivarium.trace.records import ACTION_COLUMNS, StepRecord
 from vivarium.trace.run import TraceRun
-from vivarium.trace.schema import DDL, FRAME_NAMES, SCHEMA, STEPS, TABLES, frame_columns
+from vivarium.trace.schema import (
+    DDL,
+    FRAME_NAMES,
+    SCHEMA,
+    STEPS_V2,
+    TABLES,
+    ddl_of,
+    frame_columns,
+)
 from vivarium.types import RunMetadata
 
-# The DDL as it was written out by hand before it was derived from the declarations: a trace
-# created by this version must stay byte-identical to one created then.
+# The DDL of schema 2 as it was written out by hand before it was derived from the
+# declarations: ``ddl_of(2)`` must still give it (tests write schema-2 files with it), and
+# schema 3 must keep the file layout below.
 LITERAL_DDL = """
 CREATE TABLE meta (
     key TEXT PRIMARY KEY,
@@ -148,16 +157,135 @@ def _write_trace(path: Path, *, with_rows: bool) -> None:
         trace.finish_run("complete")
 
 
-def test_derived_ddl_is_the_literal_ddl_of_the_previous_version() -> None:
-    assert DDL == LITERAL_DDL
+LITERAL_DDL_V3 = """
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    world TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    seed TEXT NOT NULL,
+    agents INTEGER NOT NULL,
+    steps INTEGER NOT NULL,
+    scheduling TEXT NOT NULL,
+    vivarium_version TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    status TEXT NOT NULL,
+    steps_done INTEGER NOT NULL,
+    error TEXT,
+    created_at TEXT,
+    finished_at TEXT
+);
+CREATE TABLE agents (
+    agent_idx INTEGER PRIMARY KEY,
+    agent_id TEXT NOT NULL UNIQUE,
+    policy TEXT NOT NULL,
+    seed TEXT
+);
+CREATE TABLE steps (
+    step INTEGER PRIMARY KEY,
+    n_actions INTEGER NOT NULL,
+    n_messages INTEGER NOT NULL,
+    world_digest TEXT NOT NULL,
+    state_hash TEXT NOT NULL,
+    wall_time TEXT,
+    clock REAL
+);
+CREATE TABLE decisions (
+    id INTEGER PRIMARY KEY,
+
+    agent_idx INTEGER NOT NULL,
+    action TEXT NOT NULL,
+    arguments TEXT,
+    reasoning TEXT,
+    metadata TEXT,
+    success INTEGER NOT NULL DEFAULT 1,
+    fallback INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    error TEXT
+);
+CREATE VIEW actions AS
+SELECT
+    d.id,
+    d.id >> 24 AS step,
+    d.id & 16777215 AS seq,
+    d.agent_idx,
+    a.agent_id,
+    d.action,
+    d.arguments,
+    d.reasoning,
+    d.metadata,
+    d.success,
+    d.fallback,
+    d.result,
+    d.error
+FROM decisions AS d
+LEFT JOIN agents AS a ON a.agent_idx = d.agent_idx;
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY,
+    step INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    author_id TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    content TEXT NOT NULL
+);
+CREATE TABLE llm_calls (
+    id INTEGER PRIMARY KEY,
+    step INTEGER NOT NULL,
+    agent_idx INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    model TEXT,
+    request_hash TEXT,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    cost REAL,
+    latency_ms REAL,
+    cache_hit INTEGER,
+    finish_reason TEXT,
+    error TEXT,
+    messages TEXT,
+    tools INTEGER,
+    params TEXT,
+    reply INTEGER
+);
+CREATE TABLE llm_texts (
+    id INTEGER PRIMARY KEY,
+    digest TEXT NOT NULL UNIQUE,
+    body TEXT NOT NULL
+);
+CREATE TABLE transitions (
+    id INTEGER PRIMARY KEY,
+    step INTEGER NOT NULL,
+    agent_idx INTEGER NOT NULL,
+    from_state TEXT,
+    to_state TEXT NOT NULL,
+    trigger TEXT,
+    routine INTEGER NOT NULL DEFAULT 0,
+    reason TEXT
+);
+CREATE TABLE checkpoints (
+    step INTEGER PRIMARY KEY,
+    state_hash TEXT NOT NULL,
+    world_state TEXT NOT NULL,
+    agent_states TEXT NOT NULL
+);
+"""
+
+
+def test_derived_ddl_is_the_literal_ddl_of_each_version() -> None:
+    assert ddl_of(2) == LITERAL_DDL
+    assert DDL == ddl_of(3) == LITERAL_DDL_V3
 
 
 def test_every_table_is_declared_once() -> None:
     names = [table.name for table in SCHEMA]
     assert len(names) == len(set(names))
     assert set(TABLES) <= {*names, "actions"}
-    # The records encode the decision columns in the steps table's order.
-    stored = [c.name for c in STEPS.columns][-len(ACTION_COLUMNS) :]
+    # The records encode the decision columns in the order schema 2 stored them.
+    stored = [c.name for c in STEPS_V2.columns][-len(ACTION_COLUMNS) :]
     assert stored == list(ACTION_COLUMNS)
 
 

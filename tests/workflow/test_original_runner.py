@@ -557,3 +557,26 @@ def test_a_code_step_runs_once_and_a_wide_format_stays_small(tmp_path: Path) -> 
     assert (broken["status"], broken["attempts"]) == ("skipped", 1)
     assert "broken" not in req.metadata["agent_state"]["retries"]
     assert render_template("{balance:>300000000}|{balance:>5}", {"balance": 7}) == "7|    7"
+
+
+def test_the_stated_reason_reaches_the_traces_transitions(tmp_path: Path) -> None:
+    """The reason a model gave for a transition choice is kept in ``transitions.reason``
+    (SQL and frame), beside the move it caused."""
+    import sqlite3
+
+    from vivarium import Run, TraceDb, WorldEngine, WorldEngineConfig
+
+    spec = make_spec(tmp_path, reflect_workflow())
+    reply = "I choose B) PIVOT because the same write keeps failing."
+    db = tmp_path / "why.sqlite"
+    trace = TraceDb(db)
+    policy = WorkflowPolicy(spec, ScriptedGateway([text(reply)]))
+    WorldEngine(
+        WorldEngineConfig(run_id="why"), {"tester": policy}, EcologyWorld(["tester"]), trace
+    ).run(1)
+    trace.close()
+    moves = Run.open(db).transitions
+    assert moves["to_state"].tolist() == ["observing"]
+    assert moves["reason"].tolist() == [reply]
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT reason FROM transitions").fetchall() == [(reply,)]

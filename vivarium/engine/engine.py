@@ -149,6 +149,7 @@ class WorldEngine:
         self.next_step = 0
         self._batch: BatchDecider | None = None
         self._batch_checked = False
+        self._batch_texts_checked = False
         self._world_batch_actions: frozenset[str] = frozenset()
         self._run_started = False
         self._json_cache: dict[Any, Any] = {}
@@ -235,6 +236,9 @@ class WorldEngine:
             agent_json = encode_column(order)
         names = decisions.action_names
         quoted = self._cached_json(("names", names), lambda: self._batchable(batch, names))
+        if not self._batch_texts_checked:
+            self._batch_texts_checked = True
+            _check_batch_texts(batch, decisions, outcomes, n)
         record.n_actions = n
         record.encoded = (
             agent_json,
@@ -296,6 +300,7 @@ class WorldEngine:
                         str(tr.get("to_state")),
                         tr.get("trigger"),
                         1 if tr.get("routine") else 0,
+                        tr.get("reason") or None,
                     )
                 )
             request = request.model_copy(update={"metadata": metadata})
@@ -589,6 +594,43 @@ def _shuffle(items: list[int], rng: random.Random) -> None:
         while j >= n:
             j = getrandbits(k)
         items[i], items[j] = items[j], items[i]
+
+
+def _check_batch_texts(batch: Any, decisions: Any, outcomes: Any, rows: int) -> None:
+    """Refuse, at the first batch step, stored columns that are not as the per-agent path writes.
+
+    The trace keeps each row's value, and the state hash covers the columns as
+    ``encode_column`` writes them; a column in another form (spaces, another escape, the wrong
+    length) would read back as a different text and fail validation later, far from its cause.
+
+    Raises:
+        ConfigError: names the column and what is wrong with it.
+    """
+    columns = {
+        "arguments": decisions.arguments,
+        "reasoning": decisions.reasoning,
+        "metadata": decisions.metadata,
+        "success": outcomes.success,
+        "result": outcomes.result,
+        "error": outcomes.error,
+    }
+    for name, text in columns.items():
+        if text is None:
+            continue
+        try:
+            values = json.loads(text)
+        except (TypeError, ValueError):
+            values = None
+        if not isinstance(values, list) or len(values) != rows:
+            problem = f"is not a JSON array of {rows} values"
+        elif encode_column(values) != text:
+            problem = (
+                "is not compact JSON as vivarium.trace.records.encode_column writes it "
+                "(a column of nulls only is None)"
+            )
+        else:
+            continue
+        raise ConfigError(f"{type(batch).__name__}: the batch's '{name}' column {problem}")
 
 
 def _is_count(value: object) -> bool:

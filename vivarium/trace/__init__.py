@@ -5,6 +5,8 @@
 - ``frames``, ``views``, ``parquet``: the tables as Arrow, pandas, polars or Parquet;
 - ``reporter_frames``: the Mesa-style reporters' ``model_vars`` and ``agent_vars`` frames;
 - ``run``: ``TraceRun``, one run read from its file (``vivarium.Run`` builds on it);
+- ``llm_texts``: every prompt and reply of the LLM calls, each distinct text stored once;
+- ``duck``: the trace attached in DuckDB;
 - ``validate``, ``health``: whether a trace is intact, and whether it is a result to trust;
 - ``resume``, ``status``: what a resume and a sweep ask of a trace without loading it.
 """

@@ -8,6 +8,9 @@ SQLite releases the GIL while it works, so on two cores writing overlaps with de
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
+import json
 import os
 import queue
 import sqlite3
@@ -18,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from vivarium.errors import TraceError
-from vivarium.trace.records import StepRecord
+from vivarium.trace.llm_texts import TextStore, encode_exchange, known_texts
+from vivarium.trace.records import ACTION_COLUMNS, StepRecord
 from vivarium.trace.schema import (
     APPLICATION_ID,
     DDL,
@@ -43,8 +47,59 @@ def _insert(table: Table) -> str:
 
 
 _INSERT_LLM_CALL = _insert(LLM_CALLS)
+_INSERT_LLM_TEXT = "INSERT INTO llm_texts VALUES (?, ?, ?)"
 _INSERT_TRANSITION = _insert(TRANSITIONS)
 _INSERT_STEP = f"INSERT OR REPLACE INTO steps VALUES ({', '.join('?' * len(STEPS.columns))})"
+# What a CallRecord row gives before its request and reply: every column but the row id, the
+# step (the writer's) and the four that hold the texts.
+_LLM_CALL_FIELDS = len(LLM_CALLS.columns) - 6
+# The decision columns a step's insert always names; the others only when some row has one
+# (a null column then costs nothing per row: SQLite writes the default).
+_ALWAYS = frozenset({"agent_idx", "action"})
+_DEFAULTS = {"success": 1, "fallback": 0}  # as the decisions table declares them
+
+
+def _insert_decisions(con: sqlite3.Connection, step: int, record: StepRecord) -> tuple[str, ...]:
+    """Insert the step's decisions, many rows per statement.
+
+    One statement per row costs SQLite and the driver more than the row itself (about half a
+    microsecond each); a few hundred rows per ``INSERT ... VALUES (...), (...)`` share it.
+    Only the columns some row fills are named: the rest take their default (null, or 0).
+
+    Returns:
+        The columns named (the frames read only those a run ever filled).
+    """
+    columns = record.decision_columns()
+    names, values = [], []
+    for name, column in zip(ACTION_COLUMNS, columns, strict=True):
+        usual = _DEFAULTS.get(name)
+        if name in _ALWAYS or column.count(usual) < len(column):
+            names.append(name)
+            values.append(column)
+    n = len(columns[0])
+    base = step << SEQ_BITS
+    width = len(names) + 1
+    flat = list(itertools.chain.from_iterable(zip(range(base, base + n), *values, strict=True)))
+    per = max(1, _MAX_VARIABLES // width)
+    head = tuple(names)
+    for start in range(0, n, per):
+        rows = min(per, n - start)
+        con.execute(_rows_insert(head, rows), flat[start * width : (start + rows) * width])
+    return head
+
+
+@functools.lru_cache(maxsize=64)
+def _rows_insert(names: tuple[str, ...], rows: int) -> str:
+    one = "(" + ", ".join("?" * (len(names) + 1)) + ")"
+    return (
+        f"INSERT OR REPLACE INTO decisions (id, {', '.join(names)}) "
+        f"VALUES {', '.join([one] * rows)}"
+    )
+
+
+_MAX_VARIABLES = 2400  # parameters per statement (SQLite allows 32,766; a few hundred rows)
+
+
 _INSERT_MODEL_VARS = "INSERT OR REPLACE INTO model_vars VALUES (?, ?, ?, ?)"
 _INSERT_AGENT_VARS = "INSERT OR REPLACE INTO agent_vars VALUES (?, ?, ?, ?)"
 _CREATE_REPORTER_TABLES = [
@@ -351,6 +406,23 @@ class _Writer(threading.Thread):
         con.close()
 
 
+FILLED_META_KEY = "decision_columns_filled"
+_SET_META = "INSERT OR REPLACE INTO meta VALUES (?, ?)"
+
+
+def _filled_columns(path: Path) -> list[str]:
+    text = read_meta(path, FILLED_META_KEY)
+    return json.loads(text) if text else []
+
+
+def _known_texts(path: Path) -> list[tuple[str, int]]:
+    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    try:
+        return known_texts(con)
+    finally:
+        con.close()
+
+
 def _add_aam_compat(con: sqlite3.Connection, run_id: str | None = None) -> None:
     """Give the trace the original aam engine's ``trace`` view and ``messages`` columns.
 
@@ -372,6 +444,9 @@ def _truncate(con: sqlite3.Connection, step: int) -> None:
     """Drop every row after ``step`` and mark the run running again (inside a transaction)."""
     for table in ("steps", "messages", "llm_calls", "transitions", "checkpoints"):
         con.execute(f"DELETE FROM {table} WHERE step > ?", (step,))  # noqa: S608
+    # Decisions by their key (a range of the table's own order, not a scan); the texts of the
+    # dropped calls stay: a text is kept once, whoever uses it.
+    con.execute("DELETE FROM decisions WHERE id >= ?", ((step + 1) << SEQ_BITS,))
     # Reporter rows follow their steps; a run redone from the start also redoes its init row (-1).
     for reporters in REPORTER_TABLES:
         if _has_table(con, reporters.name):
@@ -443,6 +518,10 @@ class TraceDb:
                 f"continue (it writes schema {SCHEMA_VERSION}); run it again instead of resuming"
             )
         self._lock_fd = _acquire_writer_lock(self.path)
+        # The decision columns some row has filled (a resume's run may fill more).
+        self._filled: set[str] = set(_filled_columns(self.path) if _resume else ())
+        # The LLM texts the file holds already (a resume's calls refer to them, not to copies).
+        self._texts = TextStore(_known_texts(self.path) if _resume else ())
         self._writer = _Writer(self.path, create=not _resume, max_pages=max_pages)
         self._writer.on_rollback = self._forget_tables
         self._writer.start()
@@ -609,20 +688,31 @@ class TraceDb:
             record.state_hash,
             record.wall_time,
             record.clock,
-            *record.encode(),
         )
+        calls = [self._call_row(step, call) for call in record.llm_calls]
+        texts = self._texts.take()
 
         def rows(con: sqlite3.Connection) -> None:
             con.execute(_INSERT_STEP, row)
+            if record.n_actions:
+                filled = _insert_decisions(con, step, record)
+                if not self._filled.issuperset(filled):  # the writer thread's own set
+                    self._filled.update(filled)
+                    con.execute(_SET_META, (FILLED_META_KEY, json.dumps(sorted(self._filled))))
             if record.messages:
                 con.executemany(
                     _INSERT_MESSAGE,
                     [(step, seq, step, seq, a, ch, text) for seq, a, ch, text in record.messages],
                 )
-            if record.llm_calls:
-                con.executemany(_INSERT_LLM_CALL, [(step, *r) for r in record.llm_calls])
+            if texts:
+                con.executemany(_INSERT_LLM_TEXT, texts)
+            if calls:
+                con.executemany(_INSERT_LLM_CALL, calls)
             if record.transitions:
-                con.executemany(_INSERT_TRANSITION, [(step, *r) for r in record.transitions])
+                con.executemany(
+                    _INSERT_TRANSITION,
+                    [(step, *r, *(None,) * (6 - len(r))) for r in record.transitions],
+                )
             if record.model_vars or record.agent_vars:
                 if not self._reporter_tables:  # made by the first step that has reporters
                     for statement in _CREATE_REPORTER_TABLES:
@@ -633,6 +723,12 @@ class TraceDb:
             con.execute("UPDATE runs SET steps_done = ?", (step + 1,))
 
         self._submit_transaction(rows, step)
+
+    def _call_row(self, step: int, call: tuple[Any, ...]) -> tuple[Any, ...]:
+        """An ``llm_calls`` row: the call's fields, then its texts as ids (``llm_texts``)."""
+        fields, exchange = call[:_LLM_CALL_FIELDS], call[_LLM_CALL_FIELDS:]
+        request, reply = (*exchange, None, None)[:2]
+        return (step, *fields, *encode_exchange(request, reply, self._texts))
 
     def write_checkpoint(
         self, step: int, state_hash: str, world_state: str, agent_states: str

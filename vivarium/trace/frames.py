@@ -20,6 +20,8 @@ from vivarium.trace.schema import (
     DECISIONS,
     FRAME_NAMES,
     REPORTER_FRAMES,
+    SEQ_BITS,
+    SEQ_MASK,
     Column,
     Kind,
     frame_columns,
@@ -36,6 +38,7 @@ _SAMPLE: dict[str, str] = {
     "int": "0",
     "agent": "0",
     "bool": "0",
+    "flag": "0",
     "float": "0.0",
     "text": "''",
     "category": "''",
@@ -80,6 +83,83 @@ def frame_schema(name: str, *, run_id: bool = True) -> pa.Schema:
     for column in frame_columns(name):
         fields.append(pa.field(column.frame_name, arrow_type(column.kind or "text")))
     return pa.schema(fields)
+
+
+def _read_decisions(p: Path) -> tuple[tuple[Column, ...], list[pa.Array]]:
+    """The actions frame's columns, straight from the decisions table (schema 3).
+
+    Only the columns some decision filled are read (the writer records them in ``meta``); the
+    rest are their default throughout. ``step`` and ``seq`` come from the key. The rows are
+    read in two halves on two threads (the driver reads without holding the GIL), and the
+    agent ids are added afterwards from the agents table, as a dictionary.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from vivarium.trace.db import FILLED_META_KEY, read_meta
+
+    filled_text = read_meta(p, FILLED_META_KEY)
+    filled = set(json.loads(filled_text)) if filled_text else {c.name for c in DECISIONS}
+    read = [c for c in DECISIONS if c.name in filled]
+    sample = Column("id", "", "int", "")
+    con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+    try:
+        low, high, count = con.execute(
+            "SELECT min(id), max(id), count(*) FROM decisions"
+        ).fetchone()
+    finally:
+        con.close()
+    bounds = [(None, None)]
+    if count and count > _SPLIT_ROWS and (low >> SEQ_BITS) < (high >> SEQ_BITS):
+        middle = ((low >> SEQ_BITS) + (high >> SEQ_BITS) + 1) // 2 << SEQ_BITS
+        bounds = [(None, middle), (middle, None)]
+
+    def part(bound: tuple[int | None, int | None]) -> pa.Table:
+        where = " AND ".join(
+            f"id {op} {value}"
+            for op, value in zip((">=", "<"), bound, strict=True)
+            if value is not None
+        )
+        body = f"FROM decisions {'WHERE ' + where if where else ''} ORDER BY id"
+        return _fetch_arrow(p, _query((sample, *read), body)).slice(1)
+
+    if len(bounds) == 1:
+        table = part(bounds[0])
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(bounds)) as pool:
+            table = pa.concat_tables(list(pool.map(part, bounds)))
+    ids = table.column("id")
+    n = len(ids)
+    arrays: list[Any] = [
+        pc.shift_right(ids, SEQ_BITS),
+        pc.bit_wise_and(ids, SEQ_MASK),
+    ]
+    for column in DECISIONS:
+        if column.name in filled:
+            arrays.append(table.column(column.name))
+        elif column.name in _ROW_DEFAULTS:
+            arrays.append(pa.array(np.full(n, _ROW_DEFAULTS[column.name], dtype=np.int64)))
+        else:
+            arrays.append(pa.nulls(n, pa.int64() if column.kind == "agent" else pa.string()))
+    return frame_columns("actions"), arrays
+
+
+_SPLIT_ROWS = 200_000  # read in two halves past this many decisions
+_ROW_DEFAULTS = {"success": 1, "fallback": 0}  # the decisions table's defaults
+
+
+def _has_table(path: Path, name: str) -> bool:
+    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    try:
+        found = con.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        )
+        return found.fetchone() is not None
+    finally:
+        con.close()
 
 
 def _has_column(path: Path, table: str, column: str) -> bool:
@@ -240,13 +320,20 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
         raise TraceError(f"unknown trace table '{name}' (known: {known})")
     p = check_trace_file(path)
     try:
-        if name == "actions":
-            columns, arrays = _read_actions(p)
+        if name == "actions" and not _has_table(p, "decisions"):
+            columns, arrays = _read_actions(p)  # schema 2 and before: the steps' arrays
+        elif name == "actions":
+            columns, arrays = _read_decisions(p)
         else:
             columns = frame_columns(name)
             body = f"FROM {name} ORDER BY {table(name).primary_key}"
-            if name == "transitions" and not _has_column(p, "transitions", "routine"):
-                body = "FROM (SELECT *, 0 AS routine FROM transitions) ORDER BY id"  # schema 1
+            if name == "transitions":  # older schemas lack the later columns
+                has = {c: _has_column(p, "transitions", c) for c in ("routine", "reason")}
+                if not all(has.values()):
+                    extra = ("" if has["routine"] else ", 0 AS routine") + (
+                        "" if has["reason"] else ", NULL AS reason"
+                    )
+                    body = f"FROM (SELECT *{extra} FROM transitions) ORDER BY id"
             arrays = list(_fetch_arrow(p, _query(columns, body)).slice(1).columns)
     except TraceError:
         raise
@@ -291,11 +378,17 @@ def with_run_id(result: pa.Table, run_id: str | None) -> pa.Table:
     return result.add_column(0, "run_id", rid)
 
 
-def to_pandas(table: pa.Table) -> pd.DataFrame:
-    """Arrow -> pandas: dictionaries become categoricals, text keeps pandas' string dtype."""
-    import pandas as pd
+def to_pandas(table: pa.Table, *, nullable_integers: bool = False) -> pd.DataFrame:
+    """Arrow -> pandas: dictionaries become categoricals, text keeps pandas' string dtype.
 
-    df = table.to_pandas()
+    ``nullable_integers`` keeps integer columns integers where they have nulls (``Int64``),
+    instead of pandas' floats: an argument such as ``value`` that only some actions have.
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    mapper = {pa.int64(): pd.Int64Dtype()}.get if nullable_integers else None
+    df = table.to_pandas(types_mapper=mapper)
     for field in table.schema:
         if str(field.type) == "string" and df[field.name].dtype == object:
             df[field.name] = df[field.name].astype(pd.StringDtype())
@@ -307,3 +400,54 @@ def to_polars(table: pa.Table) -> pl.DataFrame:
     import polars as pl
 
     return pl.from_arrow(table)  # type: ignore[return-value]
+
+
+ARGUMENT_KEYS = ("run_id", "step", "seq", "agent_id", "action")
+"""The columns of the arguments frame that say whose decision a row is (``run_id`` if any)."""
+
+
+def arguments_table(actions: pa.Table) -> pa.Table:
+    """The actions' arguments as typed columns, one row per decision (as in ``actions``).
+
+    Each key any decision's arguments has becomes a column typed by Arrow's JSON reader
+    (numbers as numbers, text as text, nested values as structs or lists), null where a
+    decision lacks it; the JSON is read once, in C++. A key named like one of
+    ``ARGUMENT_KEYS`` is prefixed ``argument_``.
+
+    Args:
+        actions: The actions frame as Arrow (``read_arrow(path, "actions")``, a sweep's too).
+
+    Returns:
+        ``run_id`` (when the frame has one), ``step``, ``seq``, ``agent_id``, ``action``, then
+        one column per argument key, in the order the keys first appear.
+
+    Raises:
+        TraceError: One key holds values of different types (say a number and a text).
+    """
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    keys = {name: actions.column(name) for name in ARGUMENT_KEYS if name in actions.column_names}
+    texts = pc.fill_null(actions.column("arguments").combine_chunks().cast(pa.string()), "{}")
+    if len(texts) == 0:
+        return pa.table(keys)
+    # Each row's object and a newline, joined in C++: the buffer is newline-delimited JSON.
+    lines = pc.binary_join_element_wise(texts, pa.scalar("\n"), "")
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset :][: len(lines) + 1]
+    data = lines.buffers()[2].to_pybytes()[int(offsets[0]) : int(offsets[-1])]
+    try:
+        parsed = pj.read_json(io.BytesIO(data)) if data.strip(b"{}\n") else None
+    except pa.ArrowInvalid as exc:
+        raise TraceError(
+            f"arguments cannot be read as typed columns ({str(exc).splitlines()[0]}); "
+            "read them as JSON from the actions frame's 'arguments' column"
+        ) from None
+    if parsed is not None:
+        for name in parsed.column_names:
+            column = parsed.column(name).combine_chunks()
+            keys[f"argument_{name}" if name in ARGUMENT_KEYS else name] = column
+    return pa.table(keys)

@@ -110,7 +110,14 @@ def run_health(path: str | os.PathLike[str]) -> RunHealth:
         decisions = con.execute("SELECT COALESCE(SUM(n_actions), 0) FROM steps").fetchone()[0]
         columns = {row[1] for row in con.execute("PRAGMA table_info(steps)")}
         fallbacks = failed_fallbacks = None
-        if "fallback" in columns:  # only steps with a fallback hold the array
+        if "agent_idx" not in columns:  # schema 3: the decisions table
+            fallbacks, failed_fallbacks = con.execute(
+                "SELECT COALESCE(SUM(fallback), 0), COALESCE(SUM(fallback AND ("
+                + " OR ".join(["error LIKE ?"] * len(FAILURE_REASONS))
+                + ")), 0) FROM decisions WHERE fallback",
+                [reason + "%" for reason in FAILURE_REASONS],
+            ).fetchone()
+        elif "fallback" in columns:  # schema 2: only steps with a fallback hold the array
             fallbacks, failed_fallbacks = con.execute(
                 "SELECT COALESCE(SUM(j.value), 0), COALESCE(SUM(j.value AND ("
                 + " OR ".join(["json_extract(s.error, '$[' || j.key || ']') LIKE ?"] * 4)

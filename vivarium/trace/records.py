@@ -66,6 +66,10 @@ def encode_column(values: list[Any]) -> str | None:
     return _dumps(values)
 
 
+# Column name -> (the text last read, its values): rows are only ever read from these lists.
+_DECODED: dict[str, tuple[str, list[Any]]] = {}
+
+
 @dataclass(slots=True)
 class StepRecord:
     """All rows of one step. Action columns are parallel lists in commit (seq) order."""
@@ -85,7 +89,7 @@ class StepRecord:
     # (agent_idx, attempt, model, request_hash, prompt_tokens, completion_tokens, cost,
     #  latency_ms, cache_hit, finish_reason, error)
     llm_calls: list[tuple[Any, ...]] = field(default_factory=list)
-    # (agent_idx, from_state, to_state, trigger)
+    # (agent_idx, from_state, to_state, trigger, routine, reason)
     transitions: list[tuple[Any, ...]] = field(default_factory=list)
     world_digest: str = ""
     state_hash: str = ""
@@ -135,6 +139,31 @@ class StepRecord:
             self.error,
             self.fallback,
         )
+
+    def decision_columns(self) -> list[list[Any]]:
+        """One list per decision column (``ACTION_COLUMNS`` order), one value per decision.
+
+        The lists as the per-agent paths filled them, or, for a step the batch path recorded as
+        stored JSON arrays (``encoded``), those arrays read back (a null column as nulls, the
+        ``fallback`` column as zeros).
+        """
+        if self.agent_idx or not self.encoded:
+            return list(self.action_columns())
+        n = self.n_actions
+        columns = []
+        for name, text in zip(ACTION_COLUMNS, self.encoded, strict=False):
+            if text is None:
+                columns.append([0] * n if name == "fallback" else [None] * n)
+                continue
+            # A batch path often hands the same text every step (every agent succeeded, the
+            # same metadata): read once, and kept with the very text it was read from.
+            last = _DECODED.get(name)
+            if last is None or last[0] is not text:
+                last = _DECODED[name] = (text, json.loads(text))
+            columns.append(last[1])
+        if len(columns) < len(ACTION_COLUMNS):  # a batch path that gave no fallback column
+            columns.append([0] * n)
+        return columns
 
     def encode(self) -> tuple[str | None, ...]:
         """The stored JSON text of every action column (computed once, or set by a batch path)."""
@@ -239,7 +268,8 @@ def chain_hash(
         h.update(_field(fallback))
     # A transition's routine flag (its 5th field) is hashed only when set, so transitions
     # recorded before the flag existed keep their hashes.
-    transitions = [row[:4] if len(row) > 4 and not row[4] else row for row in transitions]
+    # A transition's reason (its 6th field) is not hashed: the state is what moved, not why.
+    transitions = [row[:4] if len(row) > 4 and not row[4] else row[:5] for row in transitions]
     for group, mark in ((messages, b"\x1c"), (transitions, b"\x1b")):
         for row in group:
             h.update(mark)

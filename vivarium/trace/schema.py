@@ -5,10 +5,16 @@ how the frames read it (``Kind``) and what it holds. The DDL that creates a trac
 types of the frames (``vivarium.trace.frames``) and the schemas the analysis gives empty
 frames (``vivarium.analysis.loading``) are all derived from these declarations.
 
-Decisions are stored one step per row: each decision column is a JSON array over the step's
-agents, in commit order (NULL when every value in it is null). A single insert per step keeps
-a 1,000-agent step at one B-tree insert instead of a thousand, and the ``actions`` view turns
-the arrays back into one row per decision for anyone who queries the file with SQL.
+Decisions are rows of the ``decisions`` table, one per agent and step, keyed by
+``(step << 24) | seq`` so that they lie in commit order; the ``actions`` view splits the key
+into ``step`` and ``seq`` and adds each agent's id. Any SQLite client (the ``sqlite3`` shell, DuckDB, R's DBI) queries them as an ordinary
+table; ``arguments``, ``metadata`` and ``result`` are JSON objects (``json_extract`` reads
+them). Traces of schema 2 and before stored each step's decisions as JSON arrays in the steps
+table; they are still read (``vivarium.trace.frames``), and their ``actions`` view is theirs.
+
+Each LLM call attempt keeps its request and reply (``llm_calls.messages``, ``tools``,
+``params``, ``reply``); the texts themselves are in ``llm_texts``, each distinct text once, so
+the system prompt and tool specs that every call repeats take their space once per run.
 
 SQL written for the original aam engine runs unchanged: its ``trace`` table is a view here, and
 its ``messages`` columns sit beside ours as virtual generated columns (``aam_compat_ddl``).
@@ -27,7 +33,12 @@ APPLICATION_ID = 0x56495652  # "VIVR"
 # ``transitions.routine`` (a move the workflow declares part of its ordinary loop). Traces of schema 1
 # are read with it derived from what they recorded (see vivarium.trace.frames); they cannot
 # be resumed by this version.
-SCHEMA_VERSION = 2
+# 3: decisions are rows of their own table (``decisions``; the ``actions`` view adds the agent's
+# id), so SQL from any client reads them without decoding arrays; ``llm_calls`` keep each
+# attempt's request and reply (their texts stored once each, in ``llm_texts``);
+# ``transitions.reason`` keeps the reason a model gave. Traces of schemas 1 and 2 are read as
+# they are (their decisions from the steps' arrays); they cannot be resumed by this version.
+SCHEMA_VERSION = 3
 
 # Row ids are derived from (step, seq): a resumed run rewrites exactly the rows it replaces.
 SEQ_BITS = 24
@@ -97,11 +108,15 @@ class Table:
         """The column that orders the rows (frames are read in its order)."""
         return next(c.name for c in self.columns if "PRIMARY KEY" in c.sql)
 
-    def ddl(self) -> str:
-        """The ``CREATE TABLE`` statement of the table."""
+    def ddl(self, version: int | None = None) -> str:
+        """The ``CREATE TABLE`` statement of the table (as schema ``version`` had it)."""
+        blocks = [
+            [c for c in block if version is None or c.since <= version] for block in self.blocks
+        ]
         body = ",\n\n".join(
             ",\n".join(f"    {column.name} {column.sql}" for column in block)
-            for block in self.blocks
+            for block in blocks
+            if block
         )
         for constraint in self.constraints:
             body += f",\n\n    {constraint}"
@@ -167,22 +182,60 @@ STORED_DECISIONS = tuple(
     replace(column, kind=None) for column in sorted(DECISIONS, key=lambda c: c.since)
 )
 
-STEPS = Table(
-    "steps",
+# The decisions table's own columns, and the stored type of each decision column there. The
+# step and the place in it are the key's two parts (the ``actions`` view splits them): not
+# stored twice, and two values fewer to write per decision. ``success`` and ``fallback`` have
+# the common value as default, so a step writes them only when some row differs.
+_ROW_SQL = {
+    "agent_idx": "INTEGER NOT NULL",
+    "action": "TEXT NOT NULL",
+    "success": "INTEGER NOT NULL DEFAULT 1",
+    "fallback": "INTEGER NOT NULL DEFAULT 0",
+}
+SEQ_MASK = (1 << SEQ_BITS) - 1
+DECISION_ROWS = Table(
+    "decisions",
     (
         (
-            Column("step", "INTEGER PRIMARY KEY", "int", "The step number, from 0."),
-            Column("n_actions", "INTEGER NOT NULL", "int", "Decisions taken in the step."),
-            Column("n_messages", "INTEGER NOT NULL", "int", "Messages posted in the step."),
-            Column("world_digest", "TEXT NOT NULL", "text", "Digest of the world's state."),
-            Column("state_hash", "TEXT NOT NULL", "text", "Hash chained over every step."),
-            Column("wall_time", "TEXT", "text", "When it was committed (null if deterministic)."),
-            Column("clock", "REAL", "float", "The world's clock, for worlds that keep one."),
-            STORED_DECISIONS[0],  # who decided; the block after it: what they decided
+            Column(
+                "id",
+                "INTEGER PRIMARY KEY",
+                None,
+                f"(step << {SEQ_BITS}) | seq: the step and the place in its commit order.",
+                since=3,
+            ),
         ),
+        tuple(
+            replace(column, sql=_ROW_SQL.get(column.name, "TEXT"), kind=None, since=3)
+            for column in DECISIONS
+        ),
+    ),
+    "One decision of one agent at one step (read it with its agent id through ``actions``).",
+)
+
+_STEP_COLUMNS = (
+    Column("step", "INTEGER PRIMARY KEY", "int", "The step number, from 0."),
+    Column("n_actions", "INTEGER NOT NULL", "int", "Decisions taken in the step."),
+    Column("n_messages", "INTEGER NOT NULL", "int", "Messages posted in the step."),
+    Column("world_digest", "TEXT NOT NULL", "text", "Digest of the world's state."),
+    Column("state_hash", "TEXT NOT NULL", "text", "Hash chained over every step."),
+    Column("wall_time", "TEXT", "text", "When it was committed (null if deterministic)."),
+    Column("clock", "REAL", "float", "The world's clock, for worlds that keep one."),
+)
+
+STEPS = Table(
+    "steps",
+    (_STEP_COLUMNS,),
+    "One step: how many decisions and messages, the world's digest and the chained hash.",
+)
+
+STEPS_V2 = Table(
+    "steps",
+    (
+        (*_STEP_COLUMNS, STORED_DECISIONS[0]),  # who decided; the block after: what they decided
         STORED_DECISIONS[1:],
     ),
-    "One step, with its decisions as JSON arrays (read them through the actions view).",
+    "One step, with its decisions as JSON arrays (schema 2 and before; read by the frames).",
 )
 
 # The actions view's own columns (the rest are DECISIONS).
@@ -216,6 +269,30 @@ LLM_CALLS = _table(
     Column("cache_hit", "INTEGER", "bool", "Whether the reply came from the cache."),
     Column("finish_reason", "TEXT", "category", "Why the model stopped."),
     Column("error", "TEXT", "text", "Why the attempt failed."),
+    Column(
+        "messages",
+        "TEXT",
+        None,
+        "The messages sent, as a JSON array of llm_texts ids, in order.",
+        since=3,
+    ),
+    Column("tools", "INTEGER", None, "The tools offered: an llm_texts id (null: none).", 3),
+    Column(
+        "params",
+        "TEXT",
+        None,
+        "Every other request field sent (model, tool_choice, temperature, ...), as JSON.",
+        since=3,
+    ),
+    Column("reply", "INTEGER", None, "The reply as received: an llm_texts id.", since=3),
+)
+
+LLM_TEXTS = _table(
+    "llm_texts",
+    "One distinct text of the run's LLM calls (a message, a tools list, a reply), stored once.",
+    Column("id", "INTEGER PRIMARY KEY", None, "What llm_calls refers to.", since=3),
+    Column("digest", "TEXT NOT NULL UNIQUE", None, "SHA-256 of the body (hex).", since=3),
+    Column("body", "TEXT NOT NULL", None, "The text, as canonical JSON.", since=3),
 )
 
 TRANSITIONS = _table(
@@ -234,6 +311,7 @@ TRANSITIONS = _table(
         "The workflow declares the move part of its ordinary loop.",
         since=2,
     ),
+    Column("reason", "TEXT", "text", "The reason the model gave for the choice.", since=3),
 )
 
 CHECKPOINTS = _table(
@@ -298,7 +376,28 @@ REPORTER_TABLES = (MODEL_VARS, AGENT_VARS)
 
 
 def actions_view_ddl() -> str:
-    """The ``CREATE VIEW actions`` statement: one row per decision, from the steps' arrays."""
+    """The ``CREATE VIEW actions`` statement: the decisions, each with its agent's id.
+
+    The join is on the agents' primary key and adds nothing else, so SQLite leaves it out of
+    any query that does not read ``agent_id`` (a count by action scans ``decisions`` alone).
+    """
+    names = [
+        "d.id",
+        f"d.id >> {SEQ_BITS} AS step",
+        f"d.id & {SEQ_MASK} AS seq",
+        "d.agent_idx",
+        "a.agent_id",
+    ]
+    names += [f"d.{c.name}" for c in DECISIONS if c.kind != "agent"]
+    select = ",\n".join(f"    {name}" for name in names)
+    return (
+        f"CREATE VIEW actions AS\nSELECT\n{select}\nFROM decisions AS d\n"
+        "LEFT JOIN agents AS a ON a.agent_idx = d.agent_idx;"
+    )
+
+
+def actions_view_v2_ddl() -> str:
+    """The ``actions`` view of a schema-2 trace (decoded from the steps' arrays; for tests)."""
     lines = [
         f"(s.step << {SEQ_BITS}) | j.key AS id",
         "s.step AS step",
@@ -444,32 +543,45 @@ SCHEMA: tuple[Table, ...] = (
     RUNS,
     AGENTS,
     STEPS,
+    DECISION_ROWS,
     MESSAGES,
     LLM_CALLS,
+    LLM_TEXTS,
     TRANSITIONS,
     CHECKPOINTS,
 )
 
 
-def _ddl() -> str:
+def ddl_of(version: int) -> str:
+    """The statements that created a new trace of schema ``version`` (2 or later).
+
+    Older files are read as they are; this writes one (tests check that they still read).
+    """
     statements = []
     for declared in SCHEMA:
-        statements.append(declared.ddl())
-        if declared is STEPS:
-            statements.append(actions_view_ddl())
+        if version < 3 and declared is STEPS:
+            statements += [STEPS_V2.ddl(version), actions_view_v2_ddl()]
+        elif all(c.since > version for c in declared.columns):
+            continue  # a table that version did not have
+        else:
+            statements.append(declared.ddl(version))
+            if declared is DECISION_ROWS:
+                statements.append(actions_view_ddl())
     return "\n" + "\n".join(statements) + "\n"
 
 
-DDL = _ddl()
+DDL = ddl_of(SCHEMA_VERSION)
 """The statements that create a trace (run once, in one script, on a new file)."""
 
 TABLES = (
     "runs",
     "agents",
     "steps",
+    "decisions",
     "actions",
     "messages",
     "llm_calls",
+    "llm_texts",
     "transitions",
     "checkpoints",
 )

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vivarium.trace.db import TraceDb
-from vivarium.trace.records import ACTION_COLUMNS, GENESIS_HASH, chain_hash
-from vivarium.trace.schema import SEQ_BITS
+from vivarium.trace.records import (
+    ACTION_COLUMNS,
+    GENESIS_HASH,
+    chain_hash,
+    encode_column,
+    encode_fallback,
+)
+from vivarium.trace.schema import SEQ_BITS, SEQ_MASK
 
 
 @dataclass
@@ -65,6 +73,27 @@ def validate_trace(path: str | Path) -> ValidationReport:
     return report
 
 
+_EMPTY = (None,) * len(ACTION_COLUMNS)  # a step without decisions
+
+
+def _encoded_steps(
+    con: sqlite3.Connection, report: ValidationReport
+) -> dict[int, tuple[str | None, ...]]:
+    """Each step's decision columns as the state hash covers them (``StepRecord.encode``)."""
+    names = ", ".join(ACTION_COLUMNS)
+    out: dict[int, tuple[str | None, ...]] = {}
+    rows = con.execute(
+        f"SELECT id >> {SEQ_BITS}, id & {SEQ_MASK}, {names} FROM decisions ORDER BY id"  # noqa: S608
+    )
+    for step, group in itertools.groupby(rows, key=operator.itemgetter(0)):
+        decided = list(group)
+        if [row[1] for row in decided] != list(range(len(decided))):
+            _corrupt(report, f"step {step}: decisions are not numbered 0..n-1 in commit order")
+        *columns, fallback = [list(column) for column in zip(*decided, strict=True)][2:]
+        out[step] = (*(encode_column(c) for c in columns), encode_fallback(fallback))
+    return out
+
+
 def _corrupt(report: ValidationReport, problem: str) -> None:
     report.status = "corrupt"
     report.problems.append(problem)
@@ -88,12 +117,24 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
     if report.agents != n_agents:
         _corrupt(report, f"runs row says {n_agents} agents, agents table has {report.agents}")
     columns = {row[1] for row in con.execute("PRAGMA table_info(steps)")}
-    fallback = "fallback" if "fallback" in columns else "NULL"  # schema 1 had no such column
-    step_rows = con.execute(
-        "SELECT step, n_actions, n_messages, world_digest, state_hash, clock, "
-        f"agent_idx, action, arguments, reasoning, metadata, success, result, error, {fallback} "
-        "FROM steps ORDER BY step"
-    ).fetchall()
+    if "agent_idx" in columns:  # schema 2 and before: each step's decisions as JSON arrays
+        fallback = "fallback" if "fallback" in columns else "NULL"  # schema 1 had no such column
+        step_rows = con.execute(
+            "SELECT step, n_actions, n_messages, world_digest, state_hash, clock, "
+            f"agent_idx, action, arguments, reasoning, metadata, success, result, error, {fallback} "
+            "FROM steps ORDER BY step"
+        ).fetchall()
+    else:  # the decisions table: each step's rows encoded as the hash covers them
+        encoded = _encoded_steps(con, report)
+        step_rows = [
+            (*row, *encoded.pop(row[0], _EMPTY))
+            for row in con.execute(
+                "SELECT step, n_actions, n_messages, world_digest, state_hash, clock "
+                "FROM steps ORDER BY step"
+            )
+        ]
+        if encoded:
+            _corrupt(report, f"decisions of steps not in steps: {min(encoded)}..{max(encoded)}")
     report.steps_found = len(step_rows)
     steps = [r[0] for r in step_rows]
     if steps != list(range(len(steps))):
