@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -609,3 +610,18 @@ def test_seeds_and_run_ids_do_not_depend_on_grid_position(tmp_path: Path) -> Non
     assert list(index["run_id"])[1:] == list(first.index["run_id"])
     for path, mtime in mtimes.items():
         assert Path(path).stat().st_mtime_ns == mtime  # not run again
+
+
+def test_a_sweeps_arguments_carry_the_run_columns(tmp_path: Path) -> None:
+    """``sweep.arguments``: each decision's typed arguments beside its run's parameters."""
+    sweep = run_sweep(BASE, {"agents": [2, 3]}, folder=tmp_path / "args", backend="inline")
+    actions, arguments = sweep.actions, sweep.arguments
+    assert len(arguments) == len(actions)
+    assert list(arguments.columns[:5]) == ["run_id", "run", "replication", "seed", "agents"]
+    assert (arguments["agents"].to_numpy() == actions["agents"].to_numpy()).all()
+    values = [
+        json.loads(a).get("value") if isinstance(a, str) else None for a in actions["arguments"]
+    ]
+    got = arguments["value"].astype(object).where(arguments["value"].notna(), None).tolist()
+    assert got == values
+    assert str(arguments["value"].dtype) == "Int64"

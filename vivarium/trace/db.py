@@ -311,6 +311,10 @@ def _configure(con: sqlite3.Connection) -> None:
     # WAL + NORMAL survives a killed process; only a power cut can lose the last steps.
     con.execute("PRAGMA synchronous=NORMAL")
     con.execute("PRAGMA busy_timeout=0")
+    # A run appends rows in key order: a larger page cache and fewer, longer checkpoints of the
+    # WAL into the file (every 40 MB, not every 4 MB) cost less per row written.
+    con.execute("PRAGMA cache_size=-65536")
+    con.execute("PRAGMA wal_autocheckpoint=10000")
 
 
 class _Writer(threading.Thread):

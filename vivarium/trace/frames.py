@@ -85,7 +85,18 @@ def frame_schema(name: str, *, run_id: bool = True) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _read_decisions(p: Path) -> tuple[tuple[Column, ...], list[pa.Array]]:
+def _slim_actions(p: Path) -> pa.Table:
+    """The actions' step, seq, agent_id, action and arguments (what ``arguments_table`` needs)."""
+    if not _has_table(p, "decisions"):  # an older trace: its whole actions frame
+        return read_arrow(p, "actions")
+    columns, arrays = _read_decisions(p, only={"agent_idx", "action", "arguments"})
+    table = read_arrow_columns(p, columns, arrays)
+    return table.select(["step", "seq", "agent_id", "action", "arguments"])
+
+
+def _read_decisions(
+    p: Path, only: set[str] | None = None
+) -> tuple[tuple[Column, ...], list[pa.Array]]:
     """The actions frame's columns, straight from the decisions table (schema 3).
 
     Only the columns some decision filled are read (the writer records them in ``meta``); the
@@ -101,6 +112,8 @@ def _read_decisions(p: Path) -> tuple[tuple[Column, ...], list[pa.Array]]:
 
     filled_text = read_meta(p, FILLED_META_KEY)
     filled = set(json.loads(filled_text)) if filled_text else {c.name for c in DECISIONS}
+    if only is not None:
+        filled &= only
     read = [c for c in DECISIONS if c.name in filled]
     sample = Column("id", "", "int", "")
     con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
@@ -308,9 +321,8 @@ def _derive_v1_fallbacks(decoded: dict[str, Any]) -> None:
 
 def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Table:
     """One trace table as an Arrow table with decoded agent ids and categorical text."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    if name == "arguments":  # the actions' key columns and arguments only, then typed
+        return with_run_id(arguments_table(_slim_actions(check_trace_file(path))), run_id)
     if name in REPORTER_FRAMES:
         from vivarium.trace.reporter_frames import read_reporters
 
@@ -339,6 +351,14 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
         raise
     except Exception as exc:  # a damaged or partial file
         raise TraceError(f"cannot read table '{name}' from {p}: {exc}") from None
+    return with_run_id(read_arrow_columns(p, columns, arrays), run_id)
+
+
+def read_arrow_columns(p: Path, columns: tuple[Column, ...], arrays: list[Any]) -> pa.Table:
+    """The columns as read, typed as their kinds say (agent ids, categoricals, booleans)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     agent_ids: pa.Array | None = None
     out: dict[str, Any] = {}
     for column, arr in zip(columns, arrays, strict=True):
@@ -362,7 +382,7 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
             out[col] = arr.cast(pa.float64())
         else:
             out[col] = arr.cast(pa.string())
-    return with_run_id(pa.table(out), run_id)
+    return pa.table(out)
 
 
 def with_run_id(result: pa.Table, run_id: str | None) -> pa.Table:
@@ -405,6 +425,10 @@ def to_polars(table: pa.Table) -> pl.DataFrame:
 ARGUMENT_KEYS = ("run_id", "step", "seq", "agent_id", "action")
 """The columns of the arguments frame that say whose decision a row is (``run_id`` if any)."""
 
+# The actions' columns the arguments frame leaves out (it keeps the rest: the keys above, and
+# a sweep's run columns).
+_DETAILS = frozenset(c.name for c in DECISIONS) - {"agent_idx", "action"}
+
 
 def arguments_table(actions: pa.Table) -> pa.Table:
     """The actions' arguments as typed columns, one row per decision (as in ``actions``).
@@ -418,8 +442,9 @@ def arguments_table(actions: pa.Table) -> pa.Table:
         actions: The actions frame as Arrow (``read_arrow(path, "actions")``, a sweep's too).
 
     Returns:
-        ``run_id`` (when the frame has one), ``step``, ``seq``, ``agent_id``, ``action``, then
-        one column per argument key, in the order the keys first appear.
+        The actions' own columns but their details (``run_id`` and a sweep's run columns when
+        there, ``step``, ``seq``, ``agent_id``, ``action``), then one column per argument key,
+        in the order the keys first appear.
 
     Raises:
         TraceError: One key holds values of different types (say a number and a text).
@@ -431,7 +456,7 @@ def arguments_table(actions: pa.Table) -> pa.Table:
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    keys = {name: actions.column(name) for name in ARGUMENT_KEYS if name in actions.column_names}
+    keys = {name: actions.column(name) for name in actions.column_names if name not in _DETAILS}
     texts = pc.fill_null(actions.column("arguments").combine_chunks().cast(pa.string()), "{}")
     if len(texts) == 0:
         return pa.table(keys)

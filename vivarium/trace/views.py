@@ -35,12 +35,18 @@ class FrameViews:
         """
         raise NotImplementedError
 
+    def _arguments_arrow(self) -> Any:
+        """The arguments frame as Arrow: from the actions (a run reads only what it needs)."""
+        from vivarium.trace import frames
+
+        return frames.arguments_table(self.arrow("actions"))
+
     def frame(self, name: str, kind: str = "pandas") -> Any:
         """A frame as ``pandas`` (default), ``polars`` or ``arrow``."""
         from vivarium.trace import frames
 
         if name == "arguments":  # derived from the actions, not stored apart
-            table = frames.arguments_table(self.arrow("actions"))
+            table = self._arguments_arrow()
             if kind == "pandas":
                 df = frames.to_pandas(table, nullable_integers=True)
                 return df.astype({"step": "int64", "seq": "int64"})
