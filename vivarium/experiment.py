@@ -314,3 +314,23 @@ class Run(TraceRun):
             return table.with_columns(pl.lit(text).alias("health"))
         table["health"] = text
         return table
+
+    def inspect(self, **kwargs: Any) -> Any:
+        """A notebook decision inspector for this run (see ``vivarium.inspector.Inspector``)."""
+        from vivarium.inspector import Inspector
+
+        return Inspector(self, **kwargs)
+
+    def to_trajectories(
+        self, reward: Any = None, *, path: str | os.PathLike[str] | None = None
+    ) -> Any:
+        """One training episode per agent, in TRL's conversational prompt-completion format.
+
+        Each step holds the messages the model was sent, its reply, the action, its outcome and
+        ``reward(row)`` (default: the MetaRLGym world's own reward). A ``datasets.Dataset``
+        with the ``rl`` extra, else JSONL written to ``path``. See
+        ``vivarium.analysis.trajectories.to_trajectories``.
+        """
+        from vivarium.analysis.trajectories import to_trajectories
+
+        return to_trajectories(self, reward, path=path)

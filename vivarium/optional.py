@@ -30,6 +30,7 @@ EXTRAS: dict[str, str] = {
     "matplotlib": "notebooks",
     "ipywidgets": "notebooks",
     "ray": "scale",
+    "datasets": "rl",
 }
 
 

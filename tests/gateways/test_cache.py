@@ -152,9 +152,10 @@ def test_failures_are_cached_with_their_attempts_and_replayed(tmp_path: Path) ->
     assert [(r.error, r.latency_ms, r.cache_hit) for r in again] == [
         (records[0].error, records[0].latency_ms, True)
     ]
-    # Only a cassette holding a failure needs the newer schema (older versions refuse it).
+    # A cassette holding a failure, or calls' text (schema 3), needs a newer reader: older
+    # versions refuse it.
     con = sqlite3.connect(path)
-    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("3",)
     con.close()
 
 

@@ -5,9 +5,11 @@ messages, even when the server echoes the key back in an error (401) or a replay
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
+import sqlite3
 import subprocess
 import sys
 import traceback
@@ -75,6 +77,31 @@ def run_phase2(tmp_path: Path, server: FakeOpenAIServer, *extra: str) -> list[st
     ]  # fmt: skip
 
 
+def trace_cells(path: Path) -> str:
+    """Every cell of every table of a trace, as text (the prompts and replies too).
+
+    Read through SQL: a long text spans several pages of the file, so a byte search of the
+    file alone could miss a key split across two of them.
+    """
+    cells = []
+    with sqlite3.connect(path) as con:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            for row in con.execute(f'SELECT * FROM "{table}"'):
+                cells += [str(cell) for cell in row]
+    return "\n".join(cells)
+
+
+def check_texts(run: Run, key: str) -> None:
+    """The prompts and replies are on record, the 401s' error bodies among them, keyless."""
+    exchanges = run.llm_exchanges()
+    assert exchanges["request"].notna().all() and exchanges["reply"].notna().all()
+    errors = [r["error"] for r in exchanges["reply"] if "error" in r]
+    assert any("rejected Bearer ***" in e for e in errors)  # the echoed key, scrubbed
+    texts = json.dumps([list(exchanges["request"]), list(exchanges["reply"])])
+    assert_nowhere(key, texts, trace_cells(run.path))
+
+
 def check_outputs(tmp_path: Path, key: str, *texts: str) -> Run:
     run = Run.open(tmp_path / "trace.sqlite")
     assert run.metadata["status"] == "complete"
@@ -84,6 +111,7 @@ def check_outputs(tmp_path: Path, key: str, *texts: str) -> Run:
     run.to_parquet(tmp_path / "frames")
     assert_nowhere(key, output_bytes(tmp_path), run.metadata["config"].__repr__(), *texts)
     assert "api_key" not in run.metadata["config"].get("llm", {})
+    check_texts(run, key)
     return run
 
 
@@ -191,6 +219,7 @@ def test_a_key_stays_out_of_a_replay_miss_a_resume_and_python_errors(
     resumed = Run.open(tmp_path / "part.sqlite")
     resumed.to_parquet(tmp_path / "part-frames")
     assert resumed.metadata["status"] == "complete"
+    check_texts(resumed, key)
     assert any(f"Bearer {key}" == h.get("authorization") for h in server.headers)
     # The gateway itself, and the error a 401 raises from it.
     from vivarium.gateways.litellm_gateway import LiteLLMGateway

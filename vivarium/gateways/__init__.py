@@ -3,7 +3,8 @@
 ``base`` holds the contract (``LLMGateway``) and its models; each layer is a module of its own:
 ``cache`` (record/replay), ``retry``, ``ratelimit``, and the providers ``mock`` (deterministic)
 and ``litellm_gateway`` (real models). ``stack`` composes them, cache -> retry -> rate limit ->
-provider, from plain ``GatewaySettings``.
+provider, from plain ``GatewaySettings``. ``exchange`` gives a call's text its one shape (the
+body sent, the reply received), which call records, the cassette and the trace all keep.
 
 Importing this package stays light: ``litellm`` (and with it ``openai`` and ``httpx``) is
 imported on a ``LiteLLMGateway``'s first call.

@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from vivarium.errors import RunStoppingError, VivariumError
+from vivarium.gateways.exchange import error_reply, request_body, response_reply, wire_reply
 from vivarium.seeding import canonical_json, digest
 
 
@@ -294,7 +295,12 @@ async def acomplete_via(inner: LLMGateway | GatewayBase, request: LLMRequest) ->
 # -- call records ------------------------------------------------------------------------------
 @dataclass(slots=True)
 class CallRecord:
-    """One attempt at one LLM call, as written to the ``llm_calls`` table."""
+    """One attempt at one LLM call, as written to the ``llm_calls`` table.
+
+    ``request`` and ``reply`` are the attempt's text (see ``exchange``): the JSON body the
+    server received and the reply it sent (or ``{"error": ...}``), never a key or a header.
+    The trace stores them content-addressed; the cassette keeps them with the call.
+    """
 
     attempt: int
     model: str
@@ -306,6 +312,8 @@ class CallRecord:
     cache_hit: bool = False
     finish_reason: str | None = None
     error: str | None = None
+    request: dict[str, Any] | None = None
+    reply: dict[str, Any] | None = None
 
     def row(self, agent_idx: int) -> tuple[Any, ...]:
         """The ``llm_calls`` row of this attempt for the agent at ``agent_idx``."""
@@ -321,11 +329,23 @@ class CallRecord:
             1 if self.cache_hit else 0,
             self.finish_reason,
             self.error,
+            self.request,
+            self.reply,
         )
 
     @classmethod
-    def from_response(cls, response: LLMResponse, attempt: int) -> CallRecord:
-        """The record of a successful attempt (number ``attempt``) that gave ``response``."""
+    def from_response(
+        cls, response: LLMResponse, attempt: int, request: dict[str, Any] | None = None
+    ) -> CallRecord:
+        """The record of a successful attempt (number ``attempt``) that gave ``response``.
+
+        Args:
+            response: The reply; its wire JSON (``raw``) gives the recorded reply when it
+                has one, else the normalized fields do.
+            attempt: The attempt's number.
+            request: The body sent (``exchange.request_body``); None when unknown.
+        """
+        raw = response.raw
         return cls(
             attempt=attempt,
             model=response.model,
@@ -336,6 +356,8 @@ class CallRecord:
             latency_ms=response.latency_ms,
             cache_hit=response.cache_hit,
             finish_reason=response.finish_reason,
+            request=request,
+            reply=wire_reply(raw) if raw is not None else response_reply(response),
         )
 
 
@@ -423,14 +445,22 @@ def cancel_reason() -> str | None:
     return f"cancelled: agent timeout after {seconds:g} s"
 
 
-def cancelled_record(request: LLMRequest, attempt: int, latency_ms: float) -> CallRecord:
-    """The call record of an attempt cancelled in flight (its latency: until cancellation)."""
+def cancelled_record(
+    request: LLMRequest, attempt: int, latency_ms: float, sent: dict[str, Any] | None = None
+) -> CallRecord:
+    """The call record of an attempt cancelled in flight (its latency: until cancellation).
+
+    ``sent`` is the body the provider sent (default: ``request`` as a body, its model as named).
+    """
+    reason = cancel_reason() or "cancelled"
     return CallRecord(
         attempt=attempt,
         model=request.model,
         request_hash=request.request_hash(),
         latency_ms=round(latency_ms, 3),
-        error=cancel_reason() or "cancelled",
+        error=reason,
+        request=request_body(request) if sent is None else sent,
+        reply=error_reply(reason),
     )
 
 

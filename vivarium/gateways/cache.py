@@ -8,7 +8,11 @@ A ``Cassette`` is one SQLite file (WAL, 30 s busy timeout) that several processe
 once: each write is one short ``BEGIN IMMEDIATE`` transaction. Each row keeps the request, the
 normalized response (without ``raw``, so cassettes stay small and hold no provider payloads) and
 the call records the original call produced (failed attempts and the final one), so a replay
-writes the same ``llm_calls`` rows as the recording did, flagged as cache hits.
+writes the same ``llm_calls`` rows as the recording did, flagged as cache hits. Those records
+carry each attempt's text (the body sent, the reply or error body received) in the one shape the
+trace stores too (``exchange``), so a replayed call's prompt and reply reach the trace as
+recorded: ``request_json`` is the body sent (kept once per row; attempts that sent it leave it
+out), each attempt keeps its ``reply``. Rows written before records had text replay without it.
 
 A call that failed after its retries is stored too (its error and every attempt), and a replay
 raises the same error: a run recorded against a flaky server replays to the identical trace,
@@ -51,14 +55,17 @@ from vivarium.gateways.base import (
     next_occurrence,
     record_call,
 )
+from vivarium.gateways.exchange import error_reply, request_body
 from vivarium.seeding import canonical_json, digest
 
 CASSETTE_FORMAT = "vivarium-cassette"
 # The newest schema this Vivarium reads. A file says which it needs: 1 (replies only) until a
 # failed call is stored, then 2, so that an older Vivarium refuses it in one line instead of
-# misreading a failure as a reply.
-CASSETTE_VERSION = 2
+# misreading a failure as a reply; 3 once a row keeps its calls' text (``request_json`` is then
+# the body sent, and the attempts carry ``request``/``reply``, which older readers cannot load).
+CASSETTE_VERSION = 3
 FAILURES_VERSION = 2
+TEXTS_VERSION = 3
 _FAILURE_PREFIX = '{"failure":'  # a failure row's response_json (canonical JSON: keys sorted)
 CacheMode = Literal["record", "replay", "auto"]
 MODES = ("record", "replay", "auto")
@@ -136,6 +143,7 @@ class CachedReply:
 
     response_json: str
     attempts: list[dict[str, Any]]
+    request_json: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -163,8 +171,43 @@ class CachedReply:
         return response
 
     def records(self, *, cache_hit: bool) -> list[CallRecord]:
-        """The stored call records (every attempt), flagged ``cache_hit`` as asked."""
-        return [CallRecord(**{**a, "cache_hit": cache_hit}) for a in self.attempts]
+        """The stored call records (every attempt), flagged ``cache_hit`` as asked.
+
+        An attempt stored without its ``request`` but with a ``reply`` sent the row's request
+        (``attempts_json`` keeps it once, see ``Cassette.put``); one stored with neither is
+        from before records had text, and comes back without it.
+        """
+        sent: Any = None
+        records = []
+        for a in self.attempts:
+            fields = {**a, "cache_hit": cache_hit}
+            if "reply" in a and "request" not in a:
+                if sent is None and self.request_json is not None:
+                    sent = json.loads(self.request_json)
+                fields["request"] = sent
+            records.append(CallRecord(**fields))
+        return records
+
+
+def _attempts_and_request(request: LLMRequest, records: list[CallRecord]) -> tuple[str, str, bool]:
+    """(``attempts_json``, ``request_json``, whether they hold text) of one cassette row.
+
+    ``request_json`` is the body the last attempt sent, in the trace's shape (``exchange``);
+    attempts that sent that same body leave theirs out, so it is stored once per row. Records
+    without text (a third-party gateway's) keep the request as asked, as before.
+    """
+    attempts = [dataclasses.asdict(r) for r in records]
+    sent = next((a["request"] for a in reversed(attempts) if a["request"] is not None), None)
+    if sent is None:
+        asked = canonical_json(request.model_dump(mode="json"))
+        if any(a["reply"] is not None for a in attempts):
+            return canonical_json(attempts), asked, True
+        plain = [{k: v for k, v in a.items() if k not in ("request", "reply")} for a in attempts]
+        return canonical_json(plain), asked, False
+    for a in attempts:
+        if a["request"] == sent:
+            del a["request"]
+    return canonical_json(attempts), canonical_json(sent), True
 
 
 def response_json(response: LLMResponse) -> str:
@@ -353,7 +396,8 @@ class Cassette:
                 row = (
                     self._connection()
                     .execute(
-                        "SELECT response_json, attempts_json FROM replies WHERE request_hash = ?",
+                        "SELECT response_json, attempts_json, request_json FROM replies "
+                        "WHERE request_hash = ?",
                         (request_hash,),
                     )
                     .fetchone()
@@ -362,7 +406,7 @@ class Cassette:
                 raise CassetteError(f"cannot read cassette {self.path}: {exc}") from None
         if row is None:
             return None
-        return CachedReply(row[0], json.loads(row[1] or "[]"))
+        return CachedReply(row[0], json.loads(row[1] or "[]"), row[2])
 
     def put(
         self,
@@ -380,12 +424,13 @@ class Cassette:
         ``key`` (default: the request hash) tells apart repeats of one request in a decision.
         """
         failed = isinstance(outcome, LLMCallError)
+        attempts, sent, texts = _attempts_and_request(request, records)
         row = (
             key or request.request_hash(),
             request.model,
-            canonical_json(request.model_dump(mode="json")),
+            sent,
             failure_json(outcome) if failed else response_json(outcome),  # type: ignore[arg-type]
-            canonical_json([dataclasses.asdict(r) for r in records]),
+            attempts,
             1 if replace else 0,
             len(_FAILURE_PREFIX),
             _FAILURE_PREFIX,
@@ -396,14 +441,17 @@ class Cassette:
                 con.execute("BEGIN IMMEDIATE")
                 try:
                     con.execute(_UPSERT, row)
-                    if failed:  # older readers must refuse the file, not misread the failure
+                    # Older readers must refuse the file, not misread a failure or the texts.
+                    needs = max(FAILURES_VERSION if failed else 1, TEXTS_VERSION if texts else 1)
+                    if needs > 1:
                         con.execute(
                             "UPDATE meta SET value = ? WHERE key = 'schema_version' "
                             "AND CAST(value AS INTEGER) < ?",
-                            (str(FAILURES_VERSION), FAILURES_VERSION),
+                            (str(needs), needs),
                         )
                     stored = con.execute(
-                        "SELECT response_json, attempts_json FROM replies WHERE request_hash = ?",
+                        "SELECT response_json, attempts_json, request_json FROM replies "
+                        "WHERE request_hash = ?",
                         (row[0],),
                     ).fetchone()
                     con.execute("COMMIT")
@@ -412,7 +460,7 @@ class Cassette:
                     raise
             except sqlite3.Error as exc:
                 raise CassetteError(f"cannot write cassette {self.path}: {exc}") from None
-        return CachedReply(stored[0], json.loads(stored[1] or "[]"))
+        return CachedReply(stored[0], json.loads(stored[1] or "[]"), stored[2])
 
     def __len__(self) -> int:
         """The number of stored calls."""
@@ -601,7 +649,7 @@ class CachingGateway(GatewayBase):
         self, request: LLMRequest, key: str, response: LLMResponse, records: list[CallRecord]
     ) -> LLMResponse:
         if not records:  # a gateway that records nothing still made one call
-            records = [CallRecord.from_response(response, current_attempt())]
+            records = [CallRecord.from_response(response, current_attempt(), request_body(request))]
             record_call(records[0])
         stored = self.cassette.put(
             request, response, records, replace=self.mode == "record", key=key
@@ -631,12 +679,15 @@ class CachingGateway(GatewayBase):
         if error is None:
             return
         if not records:  # a gateway that records nothing still made one failed attempt
+            text = str(error) if error.kind == AGENT_TIMEOUT else _describe(error)
             records = [
                 CallRecord(
                     attempt=current_attempt(),
                     model=request.model,
                     request_hash=request.request_hash(),
-                    error=str(error) if error.kind == AGENT_TIMEOUT else _describe(error),
+                    error=text,
+                    request=request_body(request),
+                    reply=error_reply(text),
                 )
             ]
             record_call(records[0])

@@ -19,6 +19,10 @@ call's clock starts (in a worker thread for async calls).
 
 The API key is held in a ``_Secret`` and scrubbed from every error text, record, exception and
 raw reply, so it never reaches a trace, a cassette or a log.
+
+Each attempt's record carries the body the server received (``exchange``): direct calls post
+exactly that dict; through litellm it is the body litellm handed its client, caught with a
+``logger_fn`` just before the request goes out. A failed attempt keeps the server's error body.
 """
 
 from __future__ import annotations
@@ -52,13 +56,14 @@ from vivarium.gateways.base import (
     current_attempt,
     record_call,
 )
+from vivarium.gateways.exchange import error_reply, request_body, sent_body
 from vivarium.gateways.openai_http import (
     WireError,
     WireReply,
     apost,
     behind_proxy,
-    chat_body,
     chat_url,
+    encode_body,
     headers_for,
     post,
     wire_model,
@@ -340,11 +345,7 @@ class LiteLLMGateway(GatewayBase):
 
     def _kwargs(self, request: LLMRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(self.extra)
-        kwargs.update(model=request.model, messages=request.messages)
-        for name in ("tools", "tool_choice", "temperature", "max_tokens", "seed"):
-            value = getattr(request, name)
-            if value is not None:
-                kwargs[name] = value
+        kwargs.update(request_body(request))
         if self.api_base is not None:
             kwargs["api_base"] = self.api_base
         if self._api_key.get() is not None:
@@ -371,19 +372,21 @@ class LiteLLMGateway(GatewayBase):
             return None
         return None if behind_proxy(self.api_base) else name
 
-    def _direct_senders(self, request: LLMRequest, model: str) -> tuple[Any, Any]:
-        """(blocking, async) senders of a direct call.
+    def _direct_senders(self, request: LLMRequest, model: str) -> tuple[Any, Any, Any]:
+        """(blocking, async) senders of a direct call, and what gives the body they send.
 
         They send the body litellm's openai provider sends, and scrub the reply of the one
         secret the server was given (the key).
         """
         url = chat_url(self.api_base or os.environ.get("OPENAI_BASE_URL") or OPENAI_API_BASE)
         key = self._api_key.get() or os.environ.get("OPENAI_API_KEY")
-        body = chat_body(request, model, self.extra if self.transport == "direct" else None)
+        sent = request_body(request, model, self.extra if self.transport == "direct" else None)
+        body = encode_body(sent)
         headers, timeout, secrets = headers_for(key), self.timeout, (key,) if key else ()
         return (
             lambda: post(url, body, headers, timeout, secrets),
             lambda: apost(url, body, headers, timeout, secrets),
+            lambda: sent,
         )
 
     def prepare(self, models: Iterable[str]) -> None:
@@ -533,10 +536,16 @@ class LiteLLMGateway(GatewayBase):
         return json.loads(scrub(text, self._secrets()))
 
     def _failure(
-        self, exc: BaseException, request: LLMRequest, attempt: int, latency_ms: float
+        self,
+        exc: BaseException,
+        request: LLMRequest,
+        attempt: int,
+        latency_ms: float,
+        sent: dict[str, Any] | None,
     ) -> LLMCallError:
         kind, retryable, status, description = classify(exc)
-        text = squash(scrub(description, self._secrets()), _MAX_ERROR_CHARS)
+        secrets = self._secrets()
+        text = squash(scrub(description, secrets), _MAX_ERROR_CHARS)
         record_call(
             CallRecord(
                 attempt=attempt,
@@ -544,6 +553,8 @@ class LiteLLMGateway(GatewayBase):
                 request_hash=request.request_hash(),
                 latency_ms=round(latency_ms, 3),
                 error=text,
+                request=sent,
+                reply=error_reply(scrub(_error_body(exc) or description, secrets)),
             )
         )
         retry_after = _retry_after(exc) if kind == "rate_limit" else None
@@ -574,14 +585,43 @@ class LiteLLMGateway(GatewayBase):
             ) from None
 
     # -- calls -------------------------------------------------------------------------------
-    def _sender(self, request: LLMRequest) -> tuple[Any, Any]:
-        """(blocking send, async send) for one request, each taking no arguments."""
+    def _sender(self, request: LLMRequest) -> tuple[Any, Any, Any]:
+        """(blocking send, async send, sent body) for one request, each taking no arguments.
+
+        The third gives the body the server received (after the send, or when it failed).
+        """
         model = self._direct_model(request.model)
         if model is not None:
             return self._direct_senders(request, model)
         litellm = _import_litellm()
         kwargs = self._kwargs(request)
-        return lambda: litellm.completion(**kwargs), lambda: litellm.acompletion(**kwargs)
+        caught: list[Any] = []
+        theirs = kwargs.get("logger_fn")
+
+        def catch(details: dict[str, Any]) -> None:
+            # litellm calls it just before posting: the body, as handed to its client
+            caught.append((details.get("additional_args") or {}).get("complete_input_dict"))
+            if callable(theirs):
+                theirs(details)
+
+        kwargs["logger_fn"] = catch
+        # Failing before litellm built its body, the call sent nothing: the request as asked.
+        asked = request_body(request, wire_model(request.model, self.custom_llm_provider))
+
+        def sent() -> dict[str, Any]:
+            found = next((c for c in reversed(caught) if isinstance(c, dict)), None)
+            return asked if found is None else self._scrubbed_body(sent_body(found))
+
+        return lambda: litellm.completion(**kwargs), lambda: litellm.acompletion(**kwargs), sent
+
+    def _scrubbed_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` without any secret (a provider's body could carry a key; none should)."""
+        try:
+            text = json.dumps(body, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            return body
+        clean = scrub(text, self._secrets())
+        return body if clean == text else json.loads(clean)
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         """Make one attempt at ``request`` (blocking) and record it.
@@ -590,15 +630,15 @@ class LiteLLMGateway(GatewayBase):
             LLMCallError: The attempt failed (classified, scrubbed of secrets, on record).
         """
         self._prepare_model(request.model)
-        send, _ = self._sender(request)
+        send, _, sent = self._sender(request)
         attempt = current_attempt()
         started = time.perf_counter()
         try:
             reply = send()
         except Exception as exc:  # every provider error is classified, none escapes raw
-            raise self._failure(exc, request, attempt, _ms_since(started)) from None
+            raise self._failure(exc, request, attempt, _ms_since(started), sent()) from None
         response = self._normalize(reply, request, _ms_since(started))
-        record_call(CallRecord.from_response(response, attempt))
+        record_call(CallRecord.from_response(response, attempt, sent()))
         return response
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
@@ -610,19 +650,34 @@ class LiteLLMGateway(GatewayBase):
             LLMCallError: The attempt failed (classified, scrubbed of secrets, on record).
         """
         await self._aprepare_model(request.model)
-        _, send = self._sender(request)
+        _, send, sent = self._sender(request)
         attempt = current_attempt()
         started = time.perf_counter()
         try:
             reply = await send()
         except asyncio.CancelledError:  # an agent timeout, a stopping run
-            record_call(cancelled_record(request, attempt, _ms_since(started)))
+            record_call(cancelled_record(request, attempt, _ms_since(started), sent()))
             raise
         except Exception as exc:
-            raise self._failure(exc, request, attempt, _ms_since(started)) from None
+            raise self._failure(exc, request, attempt, _ms_since(started), sent()) from None
         response = self._normalize(reply, request, _ms_since(started))
-        record_call(CallRecord.from_response(response, attempt))
+        record_call(CallRecord.from_response(response, attempt, sent()))
         return response
+
+
+def _error_body(exc: BaseException) -> str | None:
+    """The body of the server's error reply, when the failure has one (else None)."""
+    if isinstance(exc, WireError):
+        return exc.body or None
+    for source in (exc, exc.__context__):
+        response = getattr(source, "response", None)
+        try:
+            text = getattr(response, "text", None)
+        except Exception:  # litellm's stand-in responses may have no body to read
+            text = None
+        if isinstance(text, str) and text:
+            return text
+    return None
 
 
 def _warm_up_request(model: str) -> LLMRequest:

@@ -24,6 +24,7 @@ from vivarium.gateways.base import (
     current_attempt,
     record_call,
 )
+from vivarium.gateways.exchange import request_body
 from vivarium.seeding import canonical_json, digest
 
 MAX_SCHEMA_DEPTH = 8  # nested objects filled at most this deep
@@ -174,7 +175,8 @@ class MockLLMGateway(GatewayBase):
     def _finish(self, request: LLMRequest, latency_ms: float) -> LLMResponse:
         response = self.reply(request, latency_ms)
         self.calls += 1
-        record_call(CallRecord.from_response(response, current_attempt()))
+        # On record: the request as asked (there is no wire) and the reply as made.
+        record_call(CallRecord.from_response(response, current_attempt(), request_body(request)))
         return response
 
     def complete(self, request: LLMRequest) -> LLMResponse:

@@ -25,12 +25,11 @@ from urllib.parse import urlsplit
 
 from vivarium._version import __version__
 from vivarium.errors import squash
+from vivarium.gateways.exchange import request_body
 from vivarium.optional import require
 
 # Model prefixes (litellm provider names) whose servers speak OpenAI's wire format.
 OPENAI_COMPATIBLE = ("openai", "hosted_vllm")
-# Request fields after ``messages`` and ``model``, in the order litellm's openai provider sends them.
-BODY_FIELDS = ("temperature", "max_tokens", "seed", "tools", "tool_choice")  # litellm 1.110's order
 _STATUS_NAMES = {
     400: "BadRequestError",
     401: "AuthenticationError",
@@ -51,7 +50,8 @@ class WireError(Exception):
     """A failed HTTP exchange, already classified.
 
     ``kind`` and ``retryable`` are as the gateway's ``classify`` gives them, ``description``
-    the text a call record shows.
+    the text a call record shows, ``body`` the server's error body (secrets scrubbed) when it
+    sent one.
     """
 
     def __init__(
@@ -62,10 +62,12 @@ class WireError(Exception):
         retryable: bool,
         status_code: int | None = None,
         headers: Mapping[str, str] | None = None,
+        body: str | None = None,
     ) -> None:
         """Classify one failure (``headers``: the reply's, for ``Retry-After``)."""
         super().__init__(description)
         self.description = description
+        self.body = body
         self.kind = kind
         self.retryable = retryable
         self.status_code = status_code
@@ -81,13 +83,16 @@ def wire_model(model: str, custom_llm_provider: str | None = None) -> str | None
 
 
 def chat_body(request: Any, model: str, extra: Mapping[str, Any] | None = None) -> bytes:
-    """The JSON body of one chat completion: the fields litellm would send, in its order."""
-    body: dict[str, Any] = {"model": model, "messages": request.messages}
-    for name in BODY_FIELDS:
-        value = getattr(request, name)
-        if value is not None:
-            body[name] = value
-    body.update(extra or {})
+    """The JSON body of one chat completion: the fields litellm would send, in its order.
+
+    It is ``exchange.request_body`` serialized, so the request a call record keeps is the
+    body sent, field for field.
+    """
+    return encode_body(request_body(request, model, extra))
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """The bytes posted for a request body (``exchange.request_body``)."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
@@ -136,9 +141,14 @@ def _scrubbed(data: bytes, secrets: Sequence[str]) -> bytes:
     return data
 
 
-def status_error(status: int, data: bytes, headers: Mapping[str, str]) -> WireError:
-    """An error reply, named and classified as the OpenAI client would name it."""
-    text = data.decode("utf-8", "replace")
+def status_error(
+    status: int, data: bytes, headers: Mapping[str, str], secrets: Sequence[str] = ()
+) -> WireError:
+    """An error reply, named and classified as the OpenAI client would name it.
+
+    Its ``body`` is the reply's text with ``secrets`` scrubbed (a server may echo the key).
+    """
+    text = _scrubbed(data, secrets).decode("utf-8", "replace")
     try:
         payload = json.loads(text)
         error = payload.get("error") if isinstance(payload, dict) else None
@@ -162,7 +172,12 @@ def status_error(status: int, data: bytes, headers: Mapping[str, str]) -> WireEr
     else:
         kind, retryable = "server_error", True
     return WireError(
-        description, kind=kind, retryable=retryable, status_code=status, headers=headers
+        description,
+        kind=kind,
+        retryable=retryable,
+        status_code=status,
+        headers=headers,
+        body=text,
     )
 
 
@@ -171,15 +186,17 @@ def decode_reply(
 ) -> WireReply:
     """The reply's JSON object, or the ``WireError`` that says why there is none."""
     if status >= 400:
-        raise status_error(status, data, headers)
+        raise status_error(status, data, headers, secrets)
+    data = _scrubbed(data, secrets)
     try:
-        reply = json.loads(_scrubbed(data, secrets))
+        reply = json.loads(data)
     except ValueError as exc:
         raise WireError(
             f"APIError (reply is not JSON): {exc}",
             kind="bad_response",
             retryable=True,
             status_code=status,
+            body=data.decode("utf-8", "replace"),
         ) from None
     if not isinstance(reply, dict):
         raise WireError(

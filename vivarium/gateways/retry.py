@@ -32,6 +32,7 @@ from vivarium.gateways.base import (
     start_collecting,
     stop_collecting,
 )
+from vivarium.gateways.exchange import error_reply, request_body
 from vivarium.seeding import digest
 
 SleepFn = Callable[[float], Any]
@@ -107,11 +108,18 @@ def is_attempt_failure(exc: LLMCallError) -> bool:
 
 
 def _failed_record(request: LLMRequest, attempt: int, exc: LLMCallError) -> CallRecord:
+    """The record of a failed attempt the gateway below left none of (a third-party gateway).
+
+    Its request is the one asked (that gateway's body is unknown), its reply the error.
+    """
+    error = f"{type(exc).__name__}: {exc}"
     return CallRecord(
         attempt=attempt,
         model=request.model,
         request_hash=request.request_hash(),
-        error=f"{type(exc).__name__}: {exc}",
+        error=error,
+        request=request_body(request),
+        reply=error_reply(error),
     )
 
 

@@ -324,6 +324,12 @@ class Sweep(FrameViews):
             line += f"; {len(self.problems)} complete runs with problems, first: {self.problems[0]}"
         return line
 
+    def inspect(self, **kwargs: Any) -> Any:
+        """A notebook decision inspector over this sweep's runs (``vivarium.inspector``)."""
+        from vivarium.inspector import Inspector  # the one upward import (see pyproject)
+
+        return Inspector(self, **kwargs)
+
     def __len__(self) -> int:
         """How many runs the sweep has (complete or not)."""
         return len(self._rows)

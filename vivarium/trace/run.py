@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Iterable
 from functools import cached_property
 from html import escape
 from pathlib import Path
@@ -20,10 +21,18 @@ from vivarium.trace.db import TraceDb
 from vivarium.trace.views import FrameViews
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
 
     from vivarium.trace.health import RunHealth
     from vivarium.trace.validate import ValidationReport
+
+
+def _call_ids(ids: list[int]) -> pd.Index:
+    """The index of an ``llm_calls`` frame: the calls' ids, named ``call_id``."""
+    import pandas as pd
+
+    return pd.Index(ids, name="call_id", dtype="int64")
 
 
 def read_run_record(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -94,6 +103,67 @@ class TraceRun(FrameViews):
 
             self._frames[name] = read_arrow(self.path, name, run_id=self.run_id)
         return self._frames[name]
+
+    def _arguments_arrow(self) -> pa.Table:
+        """The arguments frame read straight from the file.
+
+        Only the actions' keys and arguments are read, not their other columns (unless the
+        actions frame is loaded already).
+        """
+        if "actions" in self._frames:
+            return super()._arguments_arrow()
+        return self.arrow("arguments")
+
+    # -- LLM text ------------------------------------------------------------------------------
+    def llm_exchanges(
+        self,
+        *,
+        agent_id: str | Iterable[str] | None = None,
+        step: int | Iterable[int] | None = None,
+    ) -> pd.DataFrame:
+        """The LLM call attempts with their text: what each agent was sent and what came back.
+
+        ``llm_calls`` leaves the text out so that it stays fast; this reads it for the calls
+        asked for only (one agent, one step, or lists of them).
+
+        Args:
+            agent_id: Only this agent's calls (or these agents').
+            step: Only the calls of this step (or these steps).
+
+        Returns:
+            The ``llm_calls`` rows, indexed by call id (``call_id``, what ``llm_calls.id`` holds
+            in SQL), with two more columns: ``request`` (the JSON body the server received:
+            ``model``, ``messages``, ``tools``, parameters) and ``reply`` (``content``,
+            ``tool_calls``, ``finish_reason``, and ``error`` for a failed attempt), as dicts;
+            None where the trace holds no text (a trace written before it did).
+
+        Raises:
+            TraceError: ``agent_id`` names no agent of this run.
+        """
+        from vivarium.trace.llm_texts import read_exchanges
+
+        frame = self.llm_calls
+        con = TraceDb.connect_readonly(self.path)
+        try:
+            ids = [row[0] for row in con.execute("SELECT id FROM llm_calls ORDER BY id")]
+        finally:
+            con.close()
+        frame.index = _call_ids(ids)
+        if agent_id is not None:
+            wanted = [agent_id] if isinstance(agent_id, str) else list(agent_id)
+            unknown = sorted(set(wanted) - set(self.agents["agent_id"].astype(str)))
+            if unknown:
+                raise TraceError(f"no agent {', '.join(map(repr, unknown))} in run {self.run_id}")
+            frame = frame[frame["agent_id"].astype(str).isin(wanted)]
+        if step is not None:
+            steps = [step] if isinstance(step, int) else list(step)
+            frame = frame[frame["step"].isin(steps)]
+        frame = frame.copy()
+        texts = read_exchanges(self.path, frame.index.tolist())
+        empty = {"request": None, "reply": None}
+        frame["request"] = [texts.get(i, empty)["request"] for i in frame.index]
+        frame["reply"] = [texts.get(i, empty)["reply"] for i in frame.index]
+        return frame
 
     # -- checks -------------------------------------------------------------------------------
     def validate(self) -> ValidationReport:
