@@ -366,3 +366,42 @@ def test_a_trace_without_texts_says_so() -> None:
     }
     with pytest.raises(TraceError, match="written before Vivarium recorded them"):
         episodes(StubRun([action], [call]), reward=lambda row: 0.0)  # type: ignore[arg-type]
+
+
+def test_a_used_reply_without_its_text_is_an_error_not_a_shorter_episode(tmp_path: Path) -> None:
+    """A successful call recorded without its prompt and reply (replayed from a cassette row
+    written before texts were kept) must not drop its step: the return would be wrong."""
+    import warnings
+
+    from vivarium.gateways.base import CallRecord
+    from vivarium.trace.db import TraceDb
+    from vivarium.trace.records import StepRecord
+    from vivarium.trace.run import TraceRun
+    from vivarium.types import RunMetadata
+
+    path = tmp_path / "gap.sqlite"
+    trace = TraceDb(path)
+    meta = RunMetadata(
+        run_id="r", name="n", world="w", policy="p", seed=0, agents=1, steps=2,
+        scheduling="sequential", vivarium_version="x",
+    )  # fmt: skip
+    trace.begin_run(meta, [(0, "a0", "p", None)])
+    request = {"model": "m", "messages": [{"role": "user", "content": "go"}]}
+    reply = {"content": "ok", "tool_calls": None, "finish_reason": "stop"}
+    for step in range(2):
+        record = StepRecord(step=step, world_digest="d", state_hash="h")
+        record.add_action(0, "post_message", None, None, None, True, '{"reward":1.0}', None)
+        text = step == 0
+        call = CallRecord(
+            attempt=1, model="m", request_hash="x", cache_hit=not text,
+            request=request if text else None, reply=reply if text else None,
+        )  # fmt: skip
+        record.llm_calls.append(call.row(0))
+        trace.write_step(record)
+    trace.finish_run("complete")
+    trace.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = TraceRun.open(path)
+    with pytest.raises(TraceError, match="a0 made at step 1 was recorded without its prompt"):
+        episodes(run)

@@ -428,8 +428,9 @@ def test_the_seed_design_keywords_still_build_an_engine() -> None:
         (lambda text: text.replace(",", ", "), "is not compact JSON"),
         (lambda text: text[: text.rindex(",")] + "]", "is not a JSON array of 7 values"),
         (lambda text: "[" + ",".join(["null"] * 7) + "]", "a column of nulls only is None"),
+        (lambda text: "[" + ",".join(["7"] * 7) + "]", "values other than texts"),
     ],
-    ids=["spaces", "a row short", "nulls as text"],
+    ids=["spaces", "a row short", "nulls as text", "numbers, not texts"],
 )
 def test_a_batch_column_unlike_the_per_agent_paths_is_refused(
     db: Path, spoil: Any, problem: str

@@ -91,11 +91,17 @@ def test_shared_texts_are_stored_once(tmp_path: Path) -> None:
     assert len(systems) == AGENTS  # one system prompt per agent, sent at every step
     with sqlite3.connect(path) as con:
         assert con.execute("SELECT count(*) FROM llm_texts").fetchone()[0] == len(texts)
+        bodies = [b for (b,) in con.execute("SELECT body FROM llm_texts")]
         for system in systems:
-            count = con.execute("SELECT count(*) FROM llm_texts WHERE body = ?", (system,))
-            assert count.fetchone()[0] == 1
+            assert [canonical_json(json.loads(b)) for b in bodies].count(system) == 1
         (tools,) = con.execute("SELECT count(DISTINCT tools) FROM llm_calls").fetchone()
         assert tools == 1  # one tools list, referred to by every call
+        # Stored in the order sent (a tool's parameters as the chat template renders them).
+        sent = json.dumps(server.requests[0]["tools"], ensure_ascii=False, separators=(",", ":"))
+        (stored,) = con.execute(
+            "SELECT body FROM llm_texts WHERE id = (SELECT tools FROM llm_calls LIMIT 1)"
+        ).fetchone()
+        assert stored == sent
 
 
 def test_exchanges_of_one_agent_and_step(tmp_path: Path) -> None:

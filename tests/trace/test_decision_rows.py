@@ -226,3 +226,62 @@ def test_arguments_of_one_key_with_two_types_say_so(tmp_path: Path) -> None:
         arguments_table(actions)
     empty = arguments_table(actions.slice(0, 0))
     assert empty.num_rows == 0 and "step" in empty.column_names
+
+
+def test_an_argument_named_like_a_sweep_column_keeps_both() -> None:
+    """A sweep's run columns stay; an argument of the same name gets the ``argument_`` prefix.
+    Rows stay aligned: one object per decision, an empty text being no arguments."""
+    import pyarrow as pa
+
+    from vivarium.trace.frames import arguments_table
+
+    actions = pa.table(
+        {
+            "run_id": ["r1", "r2", "r2"],
+            "seed": [11, 22, 22],
+            "step": [0, 0, 1],
+            "seq": [0, 0, 0],
+            "agent_id": ["a", "a", "a"],
+            "action": ["plant", "plant", "wait"],
+            "arguments": ['{"seed":"wheat"}', '{"seed":"rye"}', ""],
+        }
+    )
+    table = arguments_table(actions).to_pydict()
+    assert table["seed"] == [11, 22, 22]
+    assert table["argument_seed"] == ["wheat", "rye", None]
+    shifted = actions.set_column(
+        6, "arguments", pa.array(['{"seed":"a"} {"seed":"b"}', '{"seed":"c"}', ""])
+    )
+    with pytest.raises(TraceError, match="3 decisions"):
+        arguments_table(shifted)
+
+
+def test_validate_finds_values_in_a_column_the_meta_does_not_list(
+    trace: Path, tmp_path: Path
+) -> None:
+    """The frames read only the columns the meta lists: one it leaves out is a damaged file."""
+    copy = tmp_path / "unlisted.sqlite"
+    shutil.copy(trace, copy)
+    con = sqlite3.connect(copy)
+    with con:
+        con.execute("UPDATE decisions SET result = '{}' WHERE id = 1")
+        con.execute(
+            "UPDATE meta SET value = ? WHERE key = 'decision_columns_filled'",
+            (
+                json.dumps(
+                    [
+                        c
+                        for c in json.loads(
+                            con.execute(
+                                "SELECT value FROM meta WHERE key = 'decision_columns_filled'"
+                            ).fetchone()[0]
+                        )
+                        if c != "result"
+                    ]
+                ),
+            ),
+        )
+    con.close()
+    report = validate_trace(copy)
+    assert report.status == "corrupt"
+    assert any("column result has values" in p for p in report.problems)

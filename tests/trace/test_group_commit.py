@@ -88,3 +88,43 @@ def test_a_failing_step_in_a_group_keeps_the_steps_before_it(tmp_path: Path) -> 
         trace.close()
     assert "step 6" in str(err.value)
     assert [step for step, _ in _steps(path)] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_column_first_filled_in_a_replayed_group_is_read(tmp_path: Path) -> None:
+    """The meta that lists the decision columns some row fills survives a group's rollback.
+
+    Step 1 is the first to fill ``success``/``error``/``reasoning``; it is queued with step 2,
+    which cannot be written, so the group is rolled back and replayed one by one. Step 1 is
+    committed then, and its columns must be listed (else the frame reads its refusal as a
+    success), also after a resume.
+    """
+    from vivarium.trace.frames import read_arrow
+
+    def refused(step: int) -> StepRecord:
+        record = StepRecord(step=step, world_digest=f"d{step}", state_hash=f"h{step}")
+        record.add_action(0, "noop", None, "because", None, False, None, "refused")
+        return record
+
+    path = tmp_path / "replayed.sqlite"
+    trace = TraceDb(path)
+    trace._submit(lambda con: con.execute("INSERT INTO agents VALUES (0, 'agent_0', 'p', NULL)"))
+    trace.write_step(_record(0))
+    trace.flush()  # committed alone: only the always-written columns are filled so far
+    gate, started = threading.Event(), threading.Event()
+    trace._submit(lambda con: (started.set(), gate.wait(10)))
+    started.wait(10)
+    trace.write_step(refused(1))
+    trace.write_step(_record(2, broken=True))
+    gate.set()
+    with pytest.raises(TraceError, match="step 2"):
+        trace.close()
+    actions = read_arrow(path, "actions").to_pydict()
+    assert actions["success"] == [True, False]
+    assert actions["error"] == [None, "refused"]
+    assert actions["reasoning"] == [None, "because"]
+    resumed = TraceDb.for_resume(path, from_step=2)
+    resumed.write_step(_record(2))
+    resumed.close()
+    actions = read_arrow(path, "actions").to_pydict()
+    assert actions["success"] == [True, False, True]
+    assert actions["reasoning"] == [None, "because", None]

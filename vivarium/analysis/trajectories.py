@@ -132,12 +132,20 @@ def _final_replies(run: TraceRun) -> dict[tuple[int, str], tuple[dict[str, Any],
         calls.setdefault(key, []).append((int(attempt), _clean(error), request, reply))
     chosen = {}
     for key, attempts in calls.items():
-        ok = [
-            (request, reply)
-            for _, error, request, reply in attempts
-            if error is None and isinstance(reply, dict) and not reply.get("error")
-        ]
-        if ok and isinstance(ok[-1][0], dict):
+        succeeded = [(request, reply) for _, error, request, reply in attempts if error is None]
+        if succeeded and not (
+            isinstance(succeeded[-1][0], dict) and isinstance(succeeded[-1][1], dict)
+        ):
+            # A reply was used but its text is not in the trace (a cassette row recorded
+            # before Vivarium kept texts): leaving the step out would change the episode.
+            step, agent = key
+            raise TraceError(
+                f"the LLM call {agent} made at step {step} was recorded without its prompt "
+                "and reply (replayed from an older cassette?): re-record it to export "
+                "trajectories"
+            )
+        ok = [(q, r) for q, r in succeeded if not r.get("error")]
+        if ok:
             chosen[key] = ok[-1]
     return chosen
 

@@ -623,6 +623,10 @@ def _check_batch_texts(batch: Any, decisions: Any, outcomes: Any, rows: int) -> 
             values = None
         if not isinstance(values, list) or len(values) != rows:
             problem = f"is not a JSON array of {rows} values"
+        elif name == "success" and not all(type(v) is int and v in (0, 1) for v in values):
+            problem = "holds values other than 1 and 0"
+        elif name != "success" and not all(v is None or type(v) is str for v in values):
+            problem = "holds values other than texts (each row's JSON or reason) and null"
         elif encode_column(values) != text:
             problem = (
                 "is not compact JSON as vivarium.trace.records.encode_column writes it "

@@ -332,6 +332,8 @@ class _Writer(threading.Thread):
         # Called after a rollback, so that state kept beside the file (the reporter tables
         # made) is made again by the transactions that are replayed.
         self.on_rollback: Callable[[], None] = lambda: None
+        # Called after each commit, so that such state can be marked as in the file.
+        self.on_commit: Callable[[], None] = lambda: None
 
     def run(self) -> None:
         con: sqlite3.Connection | None = None
@@ -387,6 +389,8 @@ class _Writer(threading.Thread):
             if con.in_transaction:
                 con.rollback()
             self.on_rollback()
+        else:
+            self.on_commit()
 
     def _run_group(self, con: sqlite3.Connection, group: list[Any]) -> bool:
         """Commit several transactions as one; False (rolled back) if any part failed."""
@@ -401,6 +405,7 @@ class _Writer(threading.Thread):
                 con.rollback()
             self.on_rollback()
             return False
+        self.on_commit()
         return True
 
     def _finish(self, con: sqlite3.Connection) -> None:
@@ -415,8 +420,23 @@ _SET_META = "INSERT OR REPLACE INTO meta VALUES (?, ?)"
 
 
 def _filled_columns(path: Path) -> list[str]:
+    """The decision columns a trace's rows fill, as its meta says.
+
+    A trace with decisions but no such record (one that stopped before any was committed, or
+    was written otherwise) counts every column as filled: readers then read them all, and a
+    resume's record never leaves out a column the earlier rows fill.
+    """
     text = read_meta(path, FILLED_META_KEY)
-    return json.loads(text) if text else []
+    if text:
+        return list(json.loads(text))
+    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    try:
+        any_row = con.execute("SELECT 1 FROM decisions LIMIT 1").fetchone()
+    except sqlite3.OperationalError:
+        any_row = None
+    finally:
+        con.close()
+    return list(ACTION_COLUMNS) if any_row else []
 
 
 def _known_texts(path: Path) -> list[tuple[str, int]]:
@@ -524,10 +544,12 @@ class TraceDb:
         self._lock_fd = _acquire_writer_lock(self.path)
         # The decision columns some row has filled (a resume's run may fill more).
         self._filled: set[str] = set(_filled_columns(self.path) if _resume else ())
+        self._filled_committed = set(self._filled)  # what the file's meta says
         # The LLM texts the file holds already (a resume's calls refer to them, not to copies).
         self._texts = TextStore(_known_texts(self.path) if _resume else ())
         self._writer = _Writer(self.path, create=not _resume, max_pages=max_pages)
         self._writer.on_rollback = self._forget_tables
+        self._writer.on_commit = self._remember_filled
         self._writer.start()
         self._writer.ready.wait()
         if self._writer.error is not None:
@@ -537,8 +559,18 @@ class TraceDb:
             raise _friendly(err, self.path) from None
 
     def _forget_tables(self) -> None:
-        """A rolled-back transaction may have made the reporter tables: make them again."""
+        """Undo what a rolled-back transaction did beside the file (on the writer thread).
+
+        It may have made the reporter tables, or recorded decision columns as filled: the
+        transactions replayed after it must do both again, or the meta would not list a column
+        its rows fill (and the frames would read that column as its default).
+        """
         self._reporter_tables = False
+        self._filled = set(self._filled_committed)
+
+    def _remember_filled(self) -> None:
+        """After a commit: the filled columns recorded are in the file (writer thread)."""
+        self._filled_committed = set(self._filled)
 
     # -- creation -----------------------------------------------------------------------------
     def _prepare_new(self, overwrite: bool) -> None:

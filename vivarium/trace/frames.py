@@ -435,8 +435,8 @@ def arguments_table(actions: pa.Table) -> pa.Table:
 
     Each key any decision's arguments has becomes a column typed by Arrow's JSON reader
     (numbers as numbers, text as text, nested values as structs or lists), null where a
-    decision lacks it; the JSON is read once, in C++. A key named like one of
-    ``ARGUMENT_KEYS`` is prefixed ``argument_``.
+    decision lacks it; the JSON is read once, in C++. A key named like a column already
+    there (``ARGUMENT_KEYS``, a sweep's ``seed`` or parameters) is prefixed ``argument_``.
 
     Args:
         actions: The actions frame as Arrow (``read_arrow(path, "actions")``, a sweep's too).
@@ -458,6 +458,7 @@ def arguments_table(actions: pa.Table) -> pa.Table:
 
     keys = {name: actions.column(name) for name in actions.column_names if name not in _DETAILS}
     texts = pc.fill_null(actions.column("arguments").combine_chunks().cast(pa.string()), "{}")
+    texts = pc.if_else(pc.equal(texts, ""), "{}", texts)  # no arguments, however written
     if len(texts) == 0:
         return pa.table(keys)
     # Each row's object and a newline, joined in C++: the buffer is newline-delimited JSON.
@@ -472,7 +473,14 @@ def arguments_table(actions: pa.Table) -> pa.Table:
             "read them as JSON from the actions frame's 'arguments' column"
         ) from None
     if parsed is not None:
+        if parsed.num_rows != len(texts):  # one object per line, or the rows would shift
+            raise TraceError(
+                f"arguments: {parsed.num_rows} objects read for {len(texts)} decisions; read "
+                "them as JSON from the actions frame's 'arguments' column"
+            )
         for name in parsed.column_names:
-            column = parsed.column(name).combine_chunks()
-            keys[f"argument_{name}" if name in ARGUMENT_KEYS else name] = column
+            label = name
+            while label in keys:  # a key named like a column already there (a sweep's seed)
+                label = f"argument_{label}"
+            keys[label] = parsed.column(name).combine_chunks()
     return pa.table(keys)

@@ -9,7 +9,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vivarium.trace.db import TraceDb
+from vivarium.trace.db import FILLED_META_KEY, TraceDb
 from vivarium.trace.records import (
     ACTION_COLUMNS,
     GENESIS_HASH,
@@ -94,6 +94,21 @@ def _encoded_steps(
     return out
 
 
+def _check_filled(con: sqlite3.Connection, report: ValidationReport) -> None:
+    """Every decision column a row fills is listed as filled (the frames read only those)."""
+    row = con.execute("SELECT value FROM meta WHERE key = ?", (FILLED_META_KEY,)).fetchone()
+    if row is None:
+        return  # not listed: the frames read every column
+    listed = set(json.loads(row[0]))
+    for name in ACTION_COLUMNS:
+        if name in listed:
+            continue
+        usual = {"success": "1", "fallback": "0"}.get(name)
+        test = f"{name} IS NOT NULL" if usual is None else f"{name} != {usual}"
+        if con.execute(f"SELECT 1 FROM decisions WHERE {test} LIMIT 1").fetchone():  # noqa: S608
+            _corrupt(report, f"decisions: column {name} has values the trace's meta does not list")
+
+
 def _corrupt(report: ValidationReport, problem: str) -> None:
     report.status = "corrupt"
     report.problems.append(problem)
@@ -126,6 +141,7 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
         ).fetchall()
     else:  # the decisions table: each step's rows encoded as the hash covers them
         encoded = _encoded_steps(con, report)
+        _check_filled(con, report)
         step_rows = [
             (*row, *encoded.pop(row[0], _EMPTY))
             for row in con.execute(
