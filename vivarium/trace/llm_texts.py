@@ -3,7 +3,7 @@
 Every call of a 1,000-agent run sends the same system prompt and tool specs; stored whole per
 call they would outweigh everything else in the file. So a request is split into its parts
 (each message, the tools list, the other parameters) and every text is kept once in
-``llm_texts``, under the SHA-256 of its JSON (compact, in the order sent); a call row refers to its texts by id
+``llm_texts``, under the SHA-256 of its canonical JSON; a call row refers to its texts by id
 (``llm_calls.messages``, ``tools``, ``reply``) and keeps the small rest (``params``) inline.
 
 ``TextStore`` hands out the ids while a run writes (it belongs to the trace writer, and knows
@@ -21,9 +21,12 @@ from typing import Any
 
 # The request fields stored as texts of their own; every other field goes to ``params``.
 _SPLIT = ("messages", "tools")
-# Compact JSON in the order the fields were sent (not sorted: a tool's parameters, as a chat
-# template renders them, keep their order); the same dict always gives the same text.
-_as_sent = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+# Canonical JSON (sorted keys), the form the cassette keeps the same request and reply in: a
+# run replayed from a cassette stores the very texts the recorded run stored. (The order a
+# tool's parameters were sent in is not kept: JSON objects have none.)
+_canonical = json.JSONEncoder(
+    sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+).encode
 
 
 class TextStore:
@@ -73,13 +76,13 @@ def encode_exchange(
     if request is not None:
         sent = request.get("messages")
         if sent is not None:
-            messages = json.dumps([store.ref(_as_sent(m)) for m in sent])
+            messages = json.dumps([store.ref(_canonical(m)) for m in sent])
         if request.get("tools") is not None:
-            tools = store.ref(_as_sent(request["tools"]))
+            tools = store.ref(_canonical(request["tools"]))
         rest = {k: v for k, v in request.items() if k not in _SPLIT}
-        params = _as_sent(rest) if rest else None
+        params = _canonical(rest) if rest else None
     if reply is not None:
-        reply_id = store.ref(_as_sent(reply))
+        reply_id = store.ref(_canonical(reply))
     return messages, tools, params, reply_id
 
 

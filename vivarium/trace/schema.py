@@ -292,7 +292,7 @@ LLM_TEXTS = _table(
     "One distinct text of the run's LLM calls (a message, a tools list, a reply), stored once.",
     Column("id", "INTEGER PRIMARY KEY", None, "What llm_calls refers to.", since=3),
     Column("digest", "TEXT NOT NULL UNIQUE", None, "SHA-256 of the body (hex).", since=3),
-    Column("body", "TEXT NOT NULL", None, "The text, as JSON in the order sent.", since=3),
+    Column("body", "TEXT NOT NULL", None, "The text, as canonical JSON (sorted keys).", since=3),
 )
 
 TRANSITIONS = _table(
