@@ -85,13 +85,14 @@ def frame_schema(name: str, *, run_id: bool = True) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _slim_actions(p: Path) -> pa.Table:
-    """The actions' step, seq, agent_id, action and arguments (what ``arguments_table`` needs)."""
-    if not _has_table(p, "decisions"):  # an older trace: its whole actions frame
-        return read_arrow(p, "actions")
+def _read_arguments(p: Path) -> pa.Table:
+    """The arguments frame of a trace: only the actions' keys and arguments are read."""
+    if not _has_table(p, "decisions"):  # an older trace: from its whole actions frame
+        return arguments_table(read_arrow(p, "actions"))
     columns, arrays = _read_decisions(p, only={"agent_idx", "action", "arguments"})
-    table = read_arrow_columns(p, columns, arrays)
-    return table.select(["step", "seq", "agent_id", "action", "arguments"])
+    wanted = {"step", "seq", "agent_idx", "action", "arguments"}
+    kept = [(c, a) for c, a in zip(columns, arrays, strict=True) if c.name in wanted]
+    return arguments_table(read_arrow_columns(p, tuple(c for c, _ in kept), [a for _, a in kept]))
 
 
 def _read_decisions(
@@ -322,7 +323,12 @@ def _derive_v1_fallbacks(decoded: dict[str, Any]) -> None:
 def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Table:
     """One trace table as an Arrow table with decoded agent ids and categorical text."""
     if name == "arguments":  # the actions' key columns and arguments only, then typed
-        return with_run_id(arguments_table(_slim_actions(check_trace_file(path))), run_id)
+        try:
+            return with_run_id(_read_arguments(check_trace_file(path)), run_id)
+        except TraceError:
+            raise
+        except Exception as exc:  # a damaged or partial file
+            raise TraceError(f"cannot read the arguments from {path}: {exc}") from None
     if name in REPORTER_FRAMES:
         from vivarium.trace.reporter_frames import read_reporters
 
@@ -430,6 +436,41 @@ ARGUMENT_KEYS = ("run_id", "step", "seq", "agent_id", "action")
 _DETAILS = frozenset(c.name for c in DECISIONS) - {"agent_idx", "action"}
 
 
+def _parse_arguments(chunk: pa.Array) -> pa.Table:
+    """One chunk of the arguments column parsed: a column per key, and ``__rows`` (all null).
+
+    Parsed from Arrow's own buffer (the JSON is never copied into Python bytes); ``__rows``
+    keeps the row count when no row has any argument.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    texts = pc.fill_null(chunk.cast(pa.string()), "{}")
+    texts = pc.if_else(pc.equal(texts, ""), "{}", texts)  # no arguments, however written
+    rows = pa.nulls(len(texts))
+    if not len(texts) or pc.all(pc.equal(texts, "{}")).as_py():
+        return pa.table({"__rows": rows})
+    # Each row's object and a newline, joined in C++: newline-delimited JSON.
+    lines = pc.binary_join_element_wise(texts, pa.scalar("\n"), "")
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset :]
+    start, end = int(offsets[0]), int(offsets[len(lines)])
+    try:
+        table = pj.read_json(pa.BufferReader(lines.buffers()[2].slice(start, end - start)))
+    except pa.ArrowInvalid as exc:
+        raise TraceError(
+            f"arguments cannot be read as typed columns ({str(exc).splitlines()[0]}); "
+            "read them as JSON from the actions frame's 'arguments' column"
+        ) from None
+    if table.num_rows != len(texts):  # one object per line, or the rows would shift
+        raise TraceError(
+            f"arguments: {table.num_rows} objects read for {len(texts)} decisions; read "
+            "them as JSON from the actions frame's 'arguments' column"
+        )
+    return table.append_column("__rows", rows)
+
+
 def arguments_table(actions: pa.Table) -> pa.Table:
     """The actions' arguments as typed columns, one row per decision (as in ``actions``).
 
@@ -449,38 +490,31 @@ def arguments_table(actions: pa.Table) -> pa.Table:
     Raises:
         TraceError: One key holds values of different types (say a number and a text).
     """
-    import io
-
-    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pj
 
     keys = {name: actions.column(name) for name in actions.column_names if name not in _DETAILS}
-    texts = pc.fill_null(actions.column("arguments").combine_chunks().cast(pa.string()), "{}")
-    texts = pc.if_else(pc.equal(texts, ""), "{}", texts)  # no arguments, however written
-    if len(texts) == 0:
-        return pa.table(keys)
-    # Each row's object and a newline, joined in C++: the buffer is newline-delimited JSON.
-    lines = pc.binary_join_element_wise(texts, pa.scalar("\n"), "")
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset :][: len(lines) + 1]
-    data = lines.buffers()[2].to_pybytes()[int(offsets[0]) : int(offsets[-1])]
-    try:
-        parsed = pj.read_json(io.BytesIO(data)) if data.strip(b"{}\n") else None
-    except pa.ArrowInvalid as exc:
-        raise TraceError(
-            f"arguments cannot be read as typed columns ({str(exc).splitlines()[0]}); "
-            "read them as JSON from the actions frame's 'arguments' column"
-        ) from None
-    if parsed is not None:
-        if parsed.num_rows != len(texts):  # one object per line, or the rows would shift
+    column = actions.column("arguments")
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    return _with_arguments(keys, [_parse_arguments(chunk) for chunk in chunks])
+
+
+def _with_arguments(keys: dict[str, Any], parsed: list[pa.Table]) -> pa.Table:
+    """``keys`` and the parsed chunks' columns, one table (a clashing name gets a prefix)."""
+    import pyarrow as pa
+
+    if parsed:
+        try:
+            merged = pa.concat_tables(parsed, promote_options="default")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise TraceError(
-                f"arguments: {parsed.num_rows} objects read for {len(texts)} decisions; read "
-                "them as JSON from the actions frame's 'arguments' column"
-            )
-        for name in parsed.column_names:
+                f"arguments cannot be read as typed columns ({str(exc).splitlines()[0]}); "
+                "read them as JSON from the actions frame's 'arguments' column"
+            ) from None
+        for name in merged.column_names:
+            if name == "__rows":
+                continue
             label = name
             while label in keys:  # a key named like a column already there (a sweep's seed)
                 label = f"argument_{label}"
-            keys[label] = parsed.column(name).combine_chunks()
+            keys[label] = merged.column(name)
     return pa.table(keys)

@@ -49,7 +49,9 @@ class FrameViews:
             table = self._arguments_arrow()
             if kind == "pandas":
                 df = frames.to_pandas(table, nullable_integers=True)
-                return df.astype({"step": "int64", "seq": "int64"})
+                for key in ("step", "seq"):  # never null: plain integers (column by column,
+                    df[key] = df[key].to_numpy("int64")  # not a copy of the whole frame)
+                return df
         else:
             table = self.arrow(name)
         if kind == "pandas":
