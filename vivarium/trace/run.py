@@ -115,6 +115,24 @@ class TraceRun(FrameViews):
         return self.arrow("arguments")
 
     # -- LLM text ------------------------------------------------------------------------------
+    def _llm_call_ids(self) -> pd.Index:
+        """The ``llm_calls`` ids, row for row as the cached frame (read once, with it).
+
+        Read when the frame is first read, not at each call: an inspector asks for one
+        decision's calls at every click, and the ids of a trace still being written must stay
+        those of the frame they index.
+        """
+        if "llm_call_ids" not in self._frames:
+            rows = self.arrow("llm_calls").num_rows
+            con = TraceDb.connect_readonly(self.path)
+            try:
+                ids = [row[0] for row in con.execute("SELECT id FROM llm_calls ORDER BY id")]
+            finally:
+                con.close()
+            # Calls committed since the frame was read come after its rows (ids grow).
+            self._frames["llm_call_ids"] = ids[:rows]
+        return _call_ids(self._frames["llm_call_ids"])
+
     def llm_exchanges(
         self,
         *,
@@ -143,12 +161,7 @@ class TraceRun(FrameViews):
         from vivarium.trace.llm_texts import read_exchanges
 
         frame = self.llm_calls
-        con = TraceDb.connect_readonly(self.path)
-        try:
-            ids = [row[0] for row in con.execute("SELECT id FROM llm_calls ORDER BY id")]
-        finally:
-            con.close()
-        frame.index = _call_ids(ids)
+        frame.index = self._llm_call_ids()
         if agent_id is not None:
             wanted = [agent_id] if isinstance(agent_id, str) else list(agent_id)
             unknown = sorted(set(wanted) - set(self.agents["agent_id"].astype(str)))
