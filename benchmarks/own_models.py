@@ -600,17 +600,18 @@ SCHELLING_ACTIONS.action("move", "Move to an empty cell.", MoveToArgs)(_s_move)
 class _SchellingState(_Rows):
     """Positions and types of a Schelling world; happiness computed with numpy (the rule)."""
 
-    def _setup(
+    def __init__(
         self,
         agent_ids: Sequence[str],
-        seed: int | None,
-        width: int,
-        height: int,
-        minority_pc: float,
-        homophily: float,
-        radius: int,
-        torus: bool,
+        seed: int | None = 0,
+        width: int = 20,
+        height: int = 20,
+        minority_pc: float = 0.5,
+        homophily: float = 0.4,
+        radius: int = 1,
+        torus: bool = False,
     ) -> None:
+        """Place agents on distinct random cells, type 1 with probability ``minority_pc``."""
         self.agent_ids = tuple(agent_ids)
         n, cells = len(self.agent_ids), width * height
         if n >= cells:
@@ -626,6 +627,10 @@ class _SchellingState(_Rows):
         self.moves = 0
         self._happy_at = -1
         self._happy = np.zeros(n, dtype=bool)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What a world adds to the shared state (its own lists, its result texts)."""
 
     def happy(self) -> np.ndarray:
         """Mesa's ``assign_state``: similar neighbours / neighbours >= homophily (0 if none)."""
@@ -686,19 +691,8 @@ class SchellingWorld(_SchellingState):
     model_reporters = _SCHELLING_REPORTERS
     agent_reporters = _SCHELLING_AGENT_REPORTERS
 
-    def __init__(
-        self,
-        agent_ids: Sequence[str],
-        seed: int | None = 0,
-        width: int = 20,
-        height: int = 20,
-        minority_pc: float = 0.5,
-        homophily: float = 0.4,
-        radius: int = 1,
-        torus: bool = False,
-    ) -> None:
-        """Place agents on distinct random cells, type 1 with probability ``minority_pc``."""
-        self._setup(agent_ids, seed, width, height, minority_pc, homophily, radius, torus)
+    def _prepare(self) -> None:
+        """The empty cells as a list with each cell's place, and the per-step assessment."""
         self.empty = np.flatnonzero(self.grid < 0).tolist()
         self._slot = {c: k for k, c in enumerate(self.empty)}
         self._step = -1
@@ -799,21 +793,11 @@ class BatchSchellingWorld(_SchellingState):
     model_reporters = _SCHELLING_REPORTERS
     agent_reporters = _SCHELLING_AGENT_REPORTERS
 
-    def __init__(
-        self,
-        agent_ids: Sequence[str],
-        seed: int | None = 0,
-        width: int = 20,
-        height: int = 20,
-        minority_pc: float = 0.5,
-        homophily: float = 0.4,
-        radius: int = 1,
-        torus: bool = False,
-    ) -> None:
-        """As ``SchellingWorld``."""
-        self._setup(agent_ids, seed, width, height, minority_pc, homophily, radius, torus)
+    def _prepare(self) -> None:
+        """Each cell's result text, built once."""
+        cells = self.width * self.height
         self._to_text = np.array(
-            [f'"{{\\"to\\":{c}}}"' for c in range(width * height)] + ["null"], dtype=object
+            [f'"{{\\"to\\":{c}}}"' for c in range(cells)] + ["null"], dtype=object
         )
 
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:

@@ -289,21 +289,26 @@ def _call(step: int, attempt: int, text: str, error: str | None = None) -> dict[
     }
 
 
+def _noop_row(step: int, result: str | None) -> dict[str, Any]:
+    """An actions row of agent_000's successful noop at ``step``."""
+    return {
+        "step": step,
+        "seq": 0,
+        "agent_id": "agent_000",
+        "action": "noop",
+        "arguments": None,
+        "reasoning": None,
+        "metadata": None,
+        "success": True,
+        "fallback": False,
+        "result": result,
+        "error": None,
+    }
+
+
 def test_the_reply_used_is_the_last_calls_last_good_attempt() -> None:
     def action(step: int) -> dict[str, Any]:
-        return {
-            "step": step,
-            "seq": 0,
-            "agent_id": "agent_000",
-            "action": "noop",
-            "arguments": None,
-            "reasoning": None,
-            "metadata": None,
-            "success": True,
-            "fallback": False,
-            "result": '{"reward": 0.5}',
-            "error": None,
-        }
+        return _noop_row(step, '{"reward": 0.5}')
 
     calls = [
         _call(0, 1, "a", error="HTTP 500"),  # step 0: a retry succeeds
@@ -351,19 +356,7 @@ def test_game_world_pays_a_win() -> None:
 
 def test_a_trace_without_texts_says_so() -> None:
     call = {**_call(0, 1, "a"), "request": None, "reply": None}
-    action = {
-        "step": 0,
-        "seq": 0,
-        "agent_id": "agent_000",
-        "action": "noop",
-        "arguments": None,
-        "reasoning": None,
-        "metadata": None,
-        "success": True,
-        "fallback": False,
-        "result": None,
-        "error": None,
-    }
+    action = _noop_row(0, None)
     with pytest.raises(TraceError, match="written before Vivarium recorded them"):
         episodes(StubRun([action], [call]), reward=lambda row: 0.0)  # type: ignore[arg-type]
 
