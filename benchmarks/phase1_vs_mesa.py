@@ -20,6 +20,12 @@ peak resident memory of the process. The two draw differently (one generator per
 shared), so they are checked to agree in distribution: the share of events is within 1% of a
 half and the mean value within 1% of 500,000. Goals (issue "The trace is a real database"):
 Vivarium at least 2x faster than Mesa at both sizes, peak memory no more than Mesa's.
+
+A third side, the SQLite floor, times only what any trace of every decision must do: the same
+rows, built before the timer, inserted step by step (one transaction a step, several hundred
+rows a statement, the trace's pragmas) and read back into Arrow with ``value`` parsed. No
+deciding, no hashing, no frame. Mesa's time over the floor is the most any such trace could be
+faster than Mesa on this machine.
 """
 
 from __future__ import annotations
@@ -122,16 +128,86 @@ def vivarium_side(agents: int, steps: int) -> dict[str, Any]:
         }
 
 
+def floor_side(agents: int, steps: int) -> dict[str, Any]:
+    """Only the SQLite work: insert the decision rows, read them back, parse ``value``."""
+    import itertools
+    import random
+    import sqlite3
+
+    import adbc_driver_sqlite.dbapi as adbc
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    rng = random.Random(SEED)
+    steps_rows = []
+    for step in range(steps):
+        rows = []
+        for idx in range(agents):
+            if rng.random() < 0.5:
+                rows.append((step << 24 | idx, idx, "noop", None))
+            else:
+                value = rng.randint(0, 1_000_000)
+                arguments = f'{{"seen_time_step":{step},"value":{value}}}'
+                rows.append((step << 24 | idx, idx, "emit_event", arguments))
+        steps_rows.append(list(itertools.chain.from_iterable(rows)))
+    per = 600  # rows a statement, as the trace writer's 2,400 parameters
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "floor.sqlite"
+        start = time.perf_counter()
+        con = sqlite3.connect(db, isolation_level=None)
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-65536",
+                       "wal_autocheckpoint=10000"):  # fmt: skip
+            con.execute(f"PRAGMA {pragma}")
+        con.execute(
+            "CREATE TABLE decisions (id INTEGER PRIMARY KEY, agent_idx INTEGER NOT NULL, "
+            "action TEXT NOT NULL, arguments TEXT)"
+        )
+        for flat in steps_rows:
+            con.execute("BEGIN")
+            for at in range(0, agents, per):
+                rows = min(per, agents - at)
+                sql = "INSERT INTO decisions VALUES " + ",".join(["(?,?,?,?)"] * rows)
+                con.execute(sql, flat[at * 4 : (at + rows) * 4])
+            con.execute("COMMIT")
+        con.close()
+        wrote = time.perf_counter() - start
+        with adbc.connect(f"file:{db}?mode=ro") as reader, reader.cursor() as cur:
+            cur.execute("SELECT id, agent_idx, action, arguments FROM decisions ORDER BY id")
+            table = cur.fetch_arrow_table()
+        texts = pc.drop_null(table.column("arguments").combine_chunks())
+        one = pa.ListArray.from_arrays(pa.array([0, len(texts)], pa.int32()), texts)
+        lines = pc.binary_join(one, "\n")[0].as_buffer()
+        values = pj.read_json(pa.BufferReader(lines)).column("value")
+        seconds = time.perf_counter() - start
+        events = len(values)
+        return {
+            "seconds": seconds,
+            "write_s": wrote,
+            "rows": table.num_rows,
+            "events": events,
+            "value_sum": int(pc.sum(values).as_py()),
+            "value_dtype": "Int64",
+            "trace_bytes": db.stat().st_size,
+            "peak_mib": _peak_mib(),
+        }
+
+
 def _check_distribution(side: str, result: dict[str, Any]) -> None:
-    """Both models decide at random: half the decisions events, values uniform on 0..1e6."""
+    """Both models decide at random: half the decisions events, values uniform on 0..1e6.
+
+    Within 1%, or five standard errors for a sample too small for 1% (a quick run).
+    """
     share = result["events"] / result["rows"]
     mean = result["value_sum"] / max(result["events"], 1)
-    if abs(share - 0.5) > 0.01 or abs(mean - 500_000) > 5_000:
+    share_off = max(0.01, 5 * 0.5 / result["rows"] ** 0.5)
+    mean_off = max(5_000, 5 * 288_675 / max(result["events"], 1) ** 0.5)  # sd of U(0, 1e6)
+    if abs(share - 0.5) > share_off or abs(mean - 500_000) > mean_off:
         raise SystemExit(f"{side} does not decide as the model says: {share=:.4f} {mean=:.0f}")
 
 
 def child(side: str, agents: int, steps: int) -> None:
-    fn = mesa_side if side == "mesa" else vivarium_side
+    fn = {"mesa": mesa_side, "vivarium": vivarium_side, "floor": floor_side}[side]
     print(json.dumps(fn(agents, steps)))
 
 
@@ -174,7 +250,17 @@ def main() -> None:
                     best[side] = result
                 peak[side] = min(peak.get(side, float("inf")), result["peak_mib"])
                 whole[side] = min(whole.get(side, float("inf")), result["process_s"])
+        floor = min(
+            (_measure(__file__, "floor", agents, steps) for _ in range(args.repeat)),
+            key=lambda r: r["seconds"],
+        )
+        assert floor["rows"] == decisions, floor
+        print(
+            f"  {agents}x{steps} SQLite floor: {floor['seconds']:.2f} s "
+            f"(writing {floor['write_s']:.2f} s)"
+        )
         m, v = best["mesa"], best["vivarium"]
+        v["floor_s"], v["floor_write_s"] = floor["seconds"], floor["write_s"]
         ratio = m["seconds"] / v["seconds"]
         whole_ratio = whole["mesa"] / whole["vivarium"]
         print(
@@ -198,11 +284,14 @@ def main() -> None:
         "`run.arguments`. In a fresh child process per measurement, sides alternating, best of",
         f"{args.repeat}: in process (after imports and a warm-up run) and whole process (start",
         "to exit). Speed-up = Mesa time / Vivarium time (above 1: Vivarium is faster). Peak =",
-        "the process's peak resident memory (best run).",
+        "the process's peak resident memory (best run). SQLite floor = only inserting the same",
+        "rows (built before the timer) step by step and reading them back with `value` parsed;",
+        "Mesa / floor = the most any trace of every decision could be faster than Mesa here.",
         "",
         "| agents x steps | decisions | Mesa s | Vivarium s | speed-up | whole process: Mesa s "
-        "| Vivarium s | speed-up | peak MiB: Mesa | Vivarium | trace MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Vivarium s | speed-up | peak MiB: Mesa | Vivarium | trace MB | SQLite floor s "
+        "(writing) | Mesa / floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for agents, steps, m, v, ratio, whole_ratio, peak, whole in rows:
         d = agents * steps
@@ -210,7 +299,8 @@ def main() -> None:
             f"| {agents:,} x {steps:,} | {d:,} | {m['seconds']:.2f} | {v['seconds']:.2f} | "
             f"**{ratio:.2f}x** | {whole['mesa']:.2f} | {whole['vivarium']:.2f} | "
             f"**{whole_ratio:.2f}x** | {peak['mesa']:.0f} | {peak['vivarium']:.0f} | "
-            f"{v['trace_bytes'] / 1e6:.1f} |"
+            f"{v['trace_bytes'] / 1e6:.1f} | {v['floor_s']:.2f} ({v['floor_write_s']:.2f}) | "
+            f"{m['seconds'] / v['floor_s']:.2f}x |"
         )
     lines += [
         "",

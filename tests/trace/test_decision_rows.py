@@ -256,6 +256,45 @@ def test_an_argument_named_like_a_sweep_column_keeps_both() -> None:
         arguments_table(shifted)
 
 
+def test_arguments_of_many_small_chunks_parse_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver hands ~1,000 rows a chunk; they are parsed in a few large groups, and the
+    rows, nulls and empty texts come out where they were, whatever the grouping."""
+    import random
+
+    import pyarrow as pa
+
+    from vivarium.trace import frames
+
+    rng = random.Random(7)
+    texts: list[str | None] = []
+    for i in range(5_000):
+        kind = rng.random()
+        if kind < 0.3:
+            texts.append(None)
+        elif kind < 0.4:
+            texts.append("")
+        else:
+            texts.append(f'{{"value":{i},"to":"agent_{i % 7}"}}')
+    texts[1000:1500] = [None] * 500  # a chunk with no arguments at all
+    bounds = [0, 700, 1000, 1500, 2600, 2601, 4000, 5000]
+    chunked = pa.chunked_array(
+        [pa.array(texts[a:b], pa.string()) for a, b in zip(bounds, bounds[1:], strict=False)]
+    )
+    n = len(texts)
+    actions = pa.table(
+        {"step": list(range(n)), "seq": [0] * n, "agent_id": ["a"] * n, "action": ["x"] * n,
+         "arguments": chunked}
+    )  # fmt: skip
+    monkeypatch.setattr(frames, "_PARSE_ROWS", 1_200)  # several groups of several chunks
+    assert len(frames._regrouped(chunked.chunks)) > 2
+    table = frames.arguments_table(actions).to_pydict()
+    expected_value = [i if t else None for i, t in enumerate(texts)]
+    expected_to = [f"agent_{i % 7}" if t else None for i, t in enumerate(texts)]
+    assert table["value"] == expected_value
+    assert table["to"] == expected_to
+    assert table["step"] == list(range(n))
+
+
 def test_validate_finds_values_in_a_column_the_meta_does_not_list(
     trace: Path, tmp_path: Path
 ) -> None:

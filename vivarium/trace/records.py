@@ -254,27 +254,29 @@ def chain_hash(
 
     A changed, dropped or reordered row anywhere breaks the chain from that step on.
     """
-    h = hashlib.sha256()
-    h.update(f"{previous}\x1d{step}\x1d{world_digest}\x1d{n_actions}".encode())
+    parts = [f"{previous}\x1d{step}\x1d{world_digest}\x1d{n_actions}".encode()]
     if clock is not None:
-        h.update(f"\x1a{clock!r}".encode())
+        parts.append(f"\x1a{clock!r}".encode())
 
     *columns, fallback = encoded if len(encoded) == len(ACTION_COLUMNS) else (*encoded, None)
     for text in columns:
-        h.update(b"\x1d")
-        h.update(_field(text))
+        parts.append(b"\x1d")
+        parts.append(_field(text))
     if fallback is not None:  # hashed only when present: older steps keep their hashes
-        h.update(b"\x1f")
-        h.update(_field(fallback))
+        parts.append(b"\x1f")
+        parts.append(_field(fallback))
     # A transition's routine flag (its 5th field) is hashed only when set, so transitions
     # recorded before the flag existed keep their hashes.
     # A transition's reason (its 6th field) is not hashed: the state is what moved, not why.
     transitions = [row[:4] if len(row) > 4 and not row[4] else row[:5] for row in transitions]
     for group, mark in ((messages, b"\x1c"), (transitions, b"\x1b")):
         for row in group:
-            h.update(mark)
-            h.update(b"\x1e".join(_field(v) for v in row))
-    return h.hexdigest()
+            parts.append(mark)
+            parts.append(b"\x1e".join(_field(v) for v in row))
+    # One update of the joined bytes, not one per part: hashing a large part lets go of the
+    # GIL, and while the trace writer thread holds it each of a step's dozen parts waited for
+    # it (measured: the random run of 1,000 x 1,000 about 0.1 s faster).
+    return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
 def hash_record(previous: str, record: StepRecord) -> str:
