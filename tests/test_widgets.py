@@ -173,6 +173,21 @@ def test_api_base_and_key_fields_and_the_key_is_never_shown(tmp_path: Path) -> N
         assert not path.is_file() or secret.encode() not in path.read_bytes()
 
 
+def test_several_servers_show_as_a_comma_list_and_come_back_as_a_list(tmp_path: Path) -> None:
+    servers = ["http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1"]
+    exp = Experiment(
+        name="many", policy="cognitive", agents=1, steps=1,
+        llm={"model": "openai/tiny", "api_base": servers},
+    )  # fmt: skip
+    panel = ControlPanel(exp, folder=tmp_path)
+    assert panel.api_base.value == "http://127.0.0.1:9/v1, http://127.0.0.1:10/v1"
+    assert panel.config().llm.api_base == servers
+    panel.api_base.value = "http://127.0.0.1:9/v1"
+    assert panel.config().llm.api_base == "http://127.0.0.1:9/v1"
+    assert panel.run() is None  # neither server is there: one line, before any step
+    assert "cannot reach" in _error_line(panel)
+
+
 def test_an_unhealthy_run_is_shown_in_red(tmp_path: Path) -> None:
     from vivarium.build import POLICIES, register_policy
 

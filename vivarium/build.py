@@ -81,7 +81,7 @@ def gateway_settings(llm: LLMConfig) -> GatewaySettings:
         model=llm.model,
         mock=llm.uses_mock,
         mock_latency_ms=llm.mock_latency_ms,
-        api_base=llm.api_base,
+        api_base=tuple(llm.api_bases) if len(llm.api_bases) > 1 else llm.api_base,
         api_key=llm.api_key.get_secret_value() if llm.api_key else None,
         transport=llm.transport,
         timeout=llm.timeout,

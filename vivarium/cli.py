@@ -565,7 +565,11 @@ def build_parser() -> argparse.ArgumentParser:
     llm = p2.add_argument_group("LLM")
     llm.add_argument("--model", default=None, help="litellm model name, e.g. openai/smollm2")
     llm.add_argument("--mock-llm", action="store_true", help="answer with the deterministic mock")
-    llm.add_argument("--api-base", default=None, help="OpenAI-compatible base URL")
+    llm.add_argument(
+        "--api-base",
+        default=None,
+        help="OpenAI-compatible base URL; several servers: URLs separated by commas",
+    )
     llm.add_argument(
         "--api-key", default=None, help="API key (or env VIVARIUM_API_KEY); never recorded"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -45,7 +46,12 @@ class LLMConfig(BaseModel):
 
     model: str = Field(default="mock", min_length=1, description="litellm model name, or 'mock'")
     mock: bool = Field(default=False, description="answer with the deterministic MockLLMGateway")
-    api_base: str | None = Field(default=None, description="e.g. http://127.0.0.1:8080/v1")
+    api_base: str | list[str] | None = Field(
+        default=None,
+        description="e.g. http://127.0.0.1:8080/v1; several servers: a list of URLs (or one "
+        "string of URLs separated by commas), each call to the least busy one, moving to "
+        "another when one fails",
+    )
     api_key: SecretStr | None = Field(default=None, description="never recorded or printed")
     transport: Literal["auto", "litellm", "direct"] = Field(
         default="auto",
@@ -82,6 +88,36 @@ class LLMConfig(BaseModel):
         description="when the LLM server fails past the retries: stop the run (interrupted, "
         "resumable) or record a fallback noop for the decision",
     )
+
+    @field_validator("api_base")
+    @classmethod
+    def _servers(cls, value: str | list[str] | None) -> str | list[str] | None:
+        """One URL as a string, several as a list: each http(s), none twice.
+
+        A string of URLs separated by commas is a list too, so a command-line flag or a text
+        field can name several servers.
+        """
+        if value is None:
+            return None
+        urls = [u.strip() for u in value.split(",")] if isinstance(value, str) else value
+        if not urls:
+            raise ValueError("give at least one server URL")
+        seen: set[str] = set()
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"{url!r} is not an http:// or https:// URL")
+            if (key := url.rstrip("/")) in seen:
+                raise ValueError(f"{url} is listed twice")
+            seen.add(key)
+        return urls[0] if len(urls) == 1 else list(urls)
+
+    @property
+    def api_bases(self) -> list[str]:
+        """Every server's base URL (one for a single ``api_base``, none when it is not set)."""
+        if self.api_base is None:
+            return []
+        return [self.api_base] if isinstance(self.api_base, str) else list(self.api_base)
 
     @property
     def uses_mock(self) -> bool:

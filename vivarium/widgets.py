@@ -181,7 +181,7 @@ class ControlPanel:
         self.model = w.Text(value=llm.model if llm else "mock", description="model", style=style)
         self.mock = w.Checkbox(value=llm.uses_mock if llm else True, description="mock LLM")
         self.api_base = w.Text(
-            value=(llm.api_base or "") if llm else "",
+            value=", ".join(llm.api_bases) if llm else "",  # several servers: a comma list
             placeholder="e.g. http://127.0.0.1:8080/v1",
             description="api_base",
             style=style,

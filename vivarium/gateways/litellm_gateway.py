@@ -4,6 +4,8 @@ Models on OpenAI-compatible servers (``openai/<name>`` with an ``api_base``: vLL
 Ollama's ``/v1``, proxies) are called directly over HTTP by default (``transport="auto"``, see
 ``openai_http``): the same request body, the same normalized reply and the same error records
 as through litellm, for a twentieth of its CPU per call. ``transport="litellm"`` forces litellm.
+Several servers (``api_base`` a list) share the calls, least busy first, and a call a server
+fails moves to another: ``servers.ServerPool`` directly, LiteLLM's ``Router`` through litellm.
 
 LiteLLM (and the OpenAI client under it) would retry silently; here both are told not to. This
 gateway makes one attempt per call, writes its call record, and turns any failure into an
@@ -38,7 +40,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,6 +70,7 @@ from vivarium.gateways.openai_http import (
     post,
     wire_model,
 )
+from vivarium.gateways.servers import DEFAULT_COOLDOWN_S, ServerPool
 from vivarium.optional import available, require
 
 LOCAL_API_KEY = "sk-local"
@@ -190,6 +193,9 @@ def _retry_after(exc: BaseException) -> float | None:
         except (TypeError, ValueError, AttributeError):
             continue
     value = getattr(exc, "retry_after", None)
+    if not isinstance(value, int | float):
+        # litellm's Router, every server cooling down: it can answer once they are back
+        value = getattr(exc, "cooldown_time", None)
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -242,12 +248,16 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}, None
     try:
-        value = json.loads(raw, strict=False)
+        value = _LENIENT.decode(raw) if isinstance(raw, str) else json.loads(raw, strict=False)
     except (TypeError, ValueError) as exc:
         return {}, squash(f"arguments are not valid JSON: {exc}", 200)
     if not isinstance(value, dict):
         return {}, f"arguments are JSON {type(value).__name__}, not an object"
     return value, None
+
+
+# One decoder for every reply: ``json.loads(..., strict=False)`` builds a new one each call.
+_LENIENT = json.JSONDecoder(strict=False)
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -273,18 +283,22 @@ class LiteLLMGateway(GatewayBase):
 
     def __init__(
         self,
-        api_base: str | None = None,
+        api_base: str | Sequence[str] | None = None,
         api_key: str | None = None,
         timeout: float = 60.0,
         custom_llm_provider: str | None = None,
         extra: dict[str, Any] | None = None,
         transport: str = "auto",
+        cooldown: float = DEFAULT_COOLDOWN_S,
     ) -> None:
         """Say where calls go and how.
 
         Args:
             api_base: The server's base URL (``http://127.0.0.1:8080/v1``); None for the
                 provider's own. A local server without ``api_key`` gets a placeholder key.
+                Several URLs: each call goes to the least busy server, and moves on to
+                another when one fails (``servers.ServerPool`` directly, LiteLLM's
+                ``Router`` through litellm).
             api_key: Never shown in a repr, an error, a record or a reply.
             timeout: Seconds one attempt may take.
             custom_llm_provider: Passed to litellm as is.
@@ -295,15 +309,26 @@ class LiteLLMGateway(GatewayBase):
                 else through litellm; ``"litellm"`` always uses litellm; ``"direct"`` always
                 goes direct (``openai/`` or ``hosted_vllm/`` models only; blocking calls then
                 ignore proxy settings).
+            cooldown: Seconds a server that failed is tried only after the others (several
+                servers only).
 
         Raises:
-            ValueError: An unknown transport.
+            ValueError: An unknown transport, or an empty list of servers.
         """
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
-        if api_key is None and api_base is not None:
+        bases = (api_base,) if isinstance(api_base, str) else tuple(api_base or ())
+        if api_base is not None and not bases:
+            raise ValueError("api_base: give at least one server URL")
+        if api_key is None and bases:
             api_key = LOCAL_API_KEY  # OpenAI-compatible local servers want some non-empty key
-        self.api_base = api_base
+        # The first server stands for all where one URL is asked for (a proxy check, litellm
+        # alone); ``api_bases`` names every one, and a pool or a router spreads the calls.
+        self.api_base = bases[0] if bases else None
+        self.api_bases = bases
+        self.cooldown = cooldown
+        self._pool = ServerPool(bases, cooldown) if len(bases) > 1 else None
+        self._routers: dict[str, Any] = {}  # model -> litellm's Router over the servers
         self._api_key = _Secret(api_key)
         self._unpriced: set[str] = set()
         self._prepared: set[str] = set()  # models whose imports and pricing are settled
@@ -316,10 +341,20 @@ class LiteLLMGateway(GatewayBase):
 
     def __repr__(self) -> str:
         """Where calls go, with the key hidden."""
+        where = list(self.api_bases) if self._pool is not None else self.api_base
         return (
-            f"LiteLLMGateway(api_base={self.api_base!r}, api_key={self._api_key!r}, "
+            f"LiteLLMGateway(api_base={where!r}, api_key={self._api_key!r}, "
             f"timeout={self.timeout}, transport={self.transport!r})"
         )
+
+    @property
+    def servers(self) -> ServerPool | None:
+        """The direct transport's servers when there are several, else None.
+
+        The pool says how many calls each server has in flight, and counts its answers and
+        failures: the trace does not say which server answered a call.
+        """
+        return self._pool
 
     def __getstate__(self) -> dict[str, Any]:
         """The state to pickle: the key in clear (for worker processes), nothing prepared."""
@@ -329,6 +364,7 @@ class LiteLLMGateway(GatewayBase):
         # Another process has imported nothing yet: it prepares its models again.
         state.pop("_prepare_lock")
         state["_prepared"] = set()
+        state["_routers"] = {}  # they hold clients and locks: the other process builds its own
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -370,7 +406,7 @@ class LiteLLMGateway(GatewayBase):
             return name
         if name is None or self.api_base is None or self.extra or not _aiohttp_available():
             return None
-        return None if behind_proxy(self.api_base) else name
+        return None if any(behind_proxy(base) for base in self.api_bases) else name
 
     def _direct_senders(self, request: LLMRequest, model: str) -> tuple[Any, Any, Any]:
         """(blocking, async) senders of a direct call, and what gives the body they send.
@@ -383,6 +419,12 @@ class LiteLLMGateway(GatewayBase):
         sent = request_body(request, model, self.extra if self.transport == "direct" else None)
         body = encode_body(sent)
         headers, timeout, secrets = headers_for(key), self.timeout, (key,) if key else ()
+        if (pool := self._pool) is not None:  # several servers: least busy, with failover
+            return (
+                lambda: pool.post(body, headers, timeout, secrets),
+                lambda: pool.apost(body, headers, timeout, secrets),
+                lambda: sent,
+            )
         return (
             lambda: post(url, body, headers, timeout, secrets),
             lambda: apost(url, body, headers, timeout, secrets),
@@ -417,6 +459,8 @@ class LiteLLMGateway(GatewayBase):
                 except LLMCallError:  # not installed: litellm calls say so; cost unknown
                     self._unpriced.add(model)
                 else:
+                    if not direct and len(self.api_bases) > 1:
+                        self._routers[model] = self._make_router(model, self.api_bases)
                     if not direct and wire_model(model, self.custom_llm_provider) is not None:
                         self._warm_up(model)
             else:
@@ -437,14 +481,55 @@ class LiteLLMGateway(GatewayBase):
         kwargs.update(api_key=LOCAL_API_KEY, timeout=30.0)
         with _CannedServer() as url:
             kwargs["api_base"] = url
+            caller: Any = _litellm
+            if model in self._routers:  # the router's own first call imports code of its own
+                caller = self._make_router(model, (url,), api_key=LOCAL_API_KEY)
+                kwargs = _for_router(kwargs, 1)
             with contextlib.suppress(Exception):  # a warm-up: a failure here changes nothing
-                _litellm.completion(**kwargs)
+                caller.completion(**kwargs)
             # A loop of its own, in a thread: the caller's thread may be running one (Jupyter).
             thread = threading.Thread(
-                target=lambda: asyncio.run(_quietly(_litellm.acompletion(**kwargs))), daemon=True
+                target=lambda: asyncio.run(_quietly(caller.acompletion(**kwargs))), daemon=True
             )
             thread.start()
             thread.join(timeout=60)
+
+    def _make_router(self, model: str, bases: Sequence[str], api_key: str | None = None) -> Any:
+        """LiteLLM's ``Router`` over ``bases``: one deployment of ``model`` per server.
+
+        Least busy first; a server that fails once is cooled down for ``cooldown`` seconds;
+        one attempt of ours tries each server at most once (the Router's retries move it to
+        another server; ours, above, retry the whole attempt). litellm is imported already.
+        """
+        params: dict[str, Any] = {"model": model, "timeout": self.timeout, "max_retries": 0}
+        key = api_key or self._api_key.get()
+        if key is not None:
+            params["api_key"] = key
+        if self.custom_llm_provider is not None:
+            params["custom_llm_provider"] = self.custom_llm_provider
+        deployments = [
+            {"model_name": model, "litellm_params": {**params, "api_base": base}} for base in bases
+        ]
+        return _litellm.Router(
+            model_list=deployments,
+            routing_strategy="least-busy",
+            num_retries=len(bases) - 1,
+            allowed_fails=0,
+            cooldown_time=self.cooldown,
+            retry_after=0,
+            timeout=self.timeout,
+        )
+
+    def _router_for(self, model: str) -> Any:
+        """The Router for ``model`` (built by ``prepare``; built now if it was not)."""
+        router = self._routers.get(model)
+        if router is None:
+            with self._prepare_lock:
+                router = self._routers.get(model)
+                if router is None:
+                    _import_litellm()
+                    router = self._routers[model] = self._make_router(model, self.api_bases)
+        return router
 
     async def _aprepare_model(self, model: str) -> None:
         """``_prepare_model`` off the event loop.
@@ -566,23 +651,40 @@ class LiteLLMGateway(GatewayBase):
         """Fail fast, in one line, when nothing listens at ``api_base``.
 
         A wrong port, a server not started yet: otherwise every call of the run would fail into
-        a fallback ``noop``.
+        a fallback ``noop``. Of several servers, one listening is enough: those that are not
+        start the run cooled down (tried after the others, in case they come up).
 
         Raises:
-            ConfigError: Nothing accepts a connection at ``api_base``.
+            ConfigError: Nothing accepts a connection at ``api_base`` (at any of them).
         """
-        if self.api_base is None or behind_proxy(self.api_base):
+        reasons = []
+        for index, base in enumerate(self.api_bases):
+            reason = self._unreachable(base)
+            if reason is None:
+                continue
+            reasons.append(f"{base} ({reason})")
+            if self._pool is not None:
+                self._pool.cool(index)
+        if not reasons or len(reasons) < len(self.api_bases):
             return
-        parts = urlsplit(self.api_base)
+        if len(reasons) == 1:
+            raise ConfigError(f"cannot reach the LLM server at {reasons[0]}: is it running?")
+        raise ConfigError(
+            f"cannot reach any of the {len(reasons)} LLM servers: {'; '.join(reasons)}: "
+            "are they running?"
+        )
+
+    def _unreachable(self, base: str) -> str | None:
+        """Why nothing accepts a connection at ``base`` (None: something does, or a proxy)."""
+        if behind_proxy(base):
+            return None
+        parts = urlsplit(base)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
             with socket.create_connection((parts.hostname, port), timeout=min(self.timeout, 5)):
-                pass
+                return None
         except OSError as exc:
-            reason = squash(exc.strerror or str(exc) or type(exc).__name__, 120)
-            raise ConfigError(
-                f"cannot reach the LLM server at {self.api_base} ({reason}): is it running?"
-            ) from None
+            return squash(exc.strerror or str(exc) or type(exc).__name__, 120)
 
     # -- calls -------------------------------------------------------------------------------
     def _sender(self, request: LLMRequest) -> tuple[Any, Any, Any]:
@@ -593,8 +695,11 @@ class LiteLLMGateway(GatewayBase):
         model = self._direct_model(request.model)
         if model is not None:
             return self._direct_senders(request, model)
-        litellm = _import_litellm()
+        caller: Any = _import_litellm()
         kwargs = self._kwargs(request)
+        if len(self.api_bases) > 1:  # several servers: the Router picks one, and moves on
+            caller = self._router_for(request.model)
+            kwargs = _for_router(kwargs, len(self.api_bases))
         caught: list[Any] = []
         theirs = kwargs.get("logger_fn")
 
@@ -612,7 +717,7 @@ class LiteLLMGateway(GatewayBase):
             found = next((c for c in reversed(caught) if isinstance(c, dict)), None)
             return asked if found is None else self._scrubbed_body(sent_body(found))
 
-        return lambda: litellm.completion(**kwargs), lambda: litellm.acompletion(**kwargs), sent
+        return lambda: caller.completion(**kwargs), lambda: caller.acompletion(**kwargs), sent
 
     def _scrubbed_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` without any secret (a provider's body could carry a key; none should)."""
@@ -663,6 +768,20 @@ class LiteLLMGateway(GatewayBase):
         response = self._normalize(reply, request, _ms_since(started))
         record_call(CallRecord.from_response(response, attempt, sent()))
         return response
+
+
+def _for_router(kwargs: dict[str, Any], servers: int) -> dict[str, Any]:
+    """``kwargs`` of a litellm call, for a Router over ``servers`` servers.
+
+    Where the call goes (server, key, provider) is each deployment's; ``num_retries`` is the
+    Router's own (each server once), and the OpenAI client's ``max_retries`` stays 0.
+    """
+    kwargs = {k: v for k, v in kwargs.items() if k not in _DEPLOYMENT_PARAMS}
+    kwargs["num_retries"] = servers - 1
+    return kwargs
+
+
+_DEPLOYMENT_PARAMS = frozenset({"api_base", "api_key", "custom_llm_provider"})
 
 
 def _error_body(exc: BaseException) -> str | None:

@@ -41,7 +41,8 @@ class GatewaySettings:
         model: The model agents call (``mock``, or a litellm name such as ``openai/smollm2``).
         mock: Answer with the deterministic ``MockLLMGateway`` instead of a real provider.
         mock_latency_ms: The mock's latency.
-        api_base: The server's base URL (None: the provider's own).
+        api_base: The server's base URL (None: the provider's own), or several servers'
+            (each call to the least busy; see ``servers.ServerPool``).
         api_key: The API key (never shown in a repr).
         transport: How ``LiteLLMGateway`` reaches the server (``auto``, ``litellm``,
             ``direct``).
@@ -59,7 +60,7 @@ class GatewaySettings:
     model: str = "mock"
     mock: bool = False
     mock_latency_ms: float = 0.0
-    api_base: str | None = None
+    api_base: str | tuple[str, ...] | None = None
     api_key: str | None = dataclasses.field(default=None, repr=False)
     transport: str = "auto"
     timeout: float = 60.0
