@@ -86,20 +86,29 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 _freezes = 0
 _freeze_lock = threading.Lock()
+_saved_threshold: tuple[int, ...] | None = None
+# The youngest generation's threshold during a run of async (LLM) decisions. Python's 700 runs a
+# young collection every few decisions (a LangGraph invocation allocates ~2,000 containers)
+# and each one also walks the decisions still in flight; the garbage of a decision is freed by
+# reference counting anyway, so collecting less often frees the same memory a little later.
+# Measured: 64 concurrent LangGraph invocations alone take ~15 % less CPU than at 700; a
+# whole run of LLM decisions, 0-10 % (the freeze above is what counts most).
+RUN_GC_THRESHOLD0 = 50_000
 
 
 @contextlib.contextmanager
 def older_objects_frozen(enabled: bool = True) -> Iterator[None]:
-    """Keep the garbage collector's full passes off every object that existed before a run.
+    """Keep the garbage collector off the hot path of a run, and restore it afterwards.
 
     LLM policies (LangGraph's above all) allocate enough for Python to run a full collection
     every few steps, and each walks every object of every library imported (~370,000 with
     litellm and LangGraph loaded: ~270 ms each on this project's test machine, a third of a
     step's time). ``gc.freeze`` for the run makes those passes walk only what the run made;
-    ``gc.unfreeze`` afterwards hands the older objects back, so nothing is kept alive. A heap
-    someone else froze is left as it is.
+    ``gc.unfreeze`` afterwards hands the older objects back, so nothing is kept alive. The
+    youngest generation's threshold is raised for the run (``RUN_GC_THRESHOLD0``) and put back
+    after it. A heap someone else froze is left as it is (and its thresholds too).
     """
-    global _freezes
+    global _freezes, _saved_threshold
     if not enabled:
         yield
         return
@@ -109,6 +118,9 @@ def older_objects_frozen(enabled: bool = True) -> Iterator[None]:
             _freezes += 1
             if _freezes == 1:
                 gc.freeze()
+                _saved_threshold = gc.get_threshold()
+                if _saved_threshold[0] and _saved_threshold[0] < RUN_GC_THRESHOLD0:
+                    gc.set_threshold(RUN_GC_THRESHOLD0, *_saved_threshold[1:])
     try:
         yield
     finally:
@@ -116,6 +128,9 @@ def older_objects_frozen(enabled: bool = True) -> Iterator[None]:
             with _freeze_lock:
                 _freezes -= 1
                 if _freezes == 0:
+                    if _saved_threshold is not None:
+                        gc.set_threshold(*_saved_threshold)
+                        _saved_threshold = None
                     gc.unfreeze()
 
 

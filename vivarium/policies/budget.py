@@ -49,15 +49,29 @@ _HEADER = re.compile(r"^(?:#+\s*(?P<hashed>.+?)|(?P<colon>[A-Z][^:\n]{0,60}):)\s
 
 
 def estimate_tokens(
-    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    tool_chars: int | None = None,
 ) -> int:
-    """Approximate tokens of a request: characters of text and tool specs, 4 to a token."""
+    """Approximate tokens of a request: characters of text and tool specs, 4 to a token.
+
+    ``tool_chars``: the tools' characters (``tool_characters(tools)``) when the caller has them
+    already, so that they are not counted again for every request.
+    """
     chars = sum(len(str(m.get("content") or "")) for m in messages)
+    chars += tool_characters(tools) if tool_chars is None else tool_chars
+    return max(1, chars // CHARS_PER_TOKEN)
+
+
+def tool_characters(tools: Sequence[Mapping[str, Any]] | None) -> int:
+    """The characters tool specs count for: names, descriptions and parameter schemas."""
+    chars = 0
     for tool in tools or ():
         spec = tool.get("function", tool)
         chars += len(str(spec.get("name", ""))) + len(str(spec.get("description", "")))
         chars += len(json.dumps(spec.get("parameters", {}), sort_keys=True))
-    return max(1, chars // CHARS_PER_TOKEN)
+    return chars
 
 
 def section_title(line: str) -> str | None:
@@ -188,6 +202,8 @@ def fit_messages(
     messages: list[dict[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
     limit: int | None = DEFAULT_CONTEXT_TOKENS,
+    *,
+    tool_chars: int | None = None,
 ) -> tuple[list[dict[str, Any]], Trim | None]:
     """The messages within ``limit`` estimated tokens, trimming the last user message.
 
@@ -195,13 +211,16 @@ def fit_messages(
         messages: Chat messages (not changed: trimmed ones are copies).
         tools: The tool specs sent with them (they count, as in the aam engine's estimate).
         limit: The budget in tokens; None for no budget.
+        tool_chars: ``tool_characters(tools)``, when the caller keeps it (None: counted here).
 
     Returns:
         The messages to send and, when they were over the limit, the ``Trim`` record.
     """
     if limit is None:
         return messages, None
-    before = estimate_tokens(messages, tools)
+    if tool_chars is None:
+        tool_chars = tool_characters(tools)
+    before = estimate_tokens(messages, tool_chars=tool_chars)
     if before <= limit:
         return messages, None
     record = Trim(limit=limit, tokens_before=before)
@@ -216,12 +235,12 @@ def fit_messages(
         for _ in range(8):
             text, removed, oldest, done = trim_text(content, excess)
             trial = [*out[:i], {**out[i], "content": text}, *out[i + 1 :]]
-            after = estimate_tokens(trial, tools)
+            after = estimate_tokens(trial, tool_chars=tool_chars)
             if after <= limit or not done:
                 break
             excess += (after - limit) * CHARS_PER_TOKEN + CHARS_PER_TOKEN
         out = trial
         record.removed, record.oldest_kept = removed, oldest
-    record.tokens_after = estimate_tokens(out, tools)
+    record.tokens_after = estimate_tokens(out, tool_chars=tool_chars)
     record.over_budget = record.tokens_after > limit
     return out, record

@@ -106,6 +106,9 @@ def arg_models_for(
 
 def format_message(message: Mapping[str, Any] | Any) -> str:
     """One channel message as a line: ``[t=3] agent_001: hello``."""
+    if type(message) is dict:  # the common case, without the ABC check (per message a call)
+        get = message.get
+        return f"[t={get('time_step')}] {get('author_id')}: {get('content')}"
     get = message.get if isinstance(message, Mapping) else lambda k: getattr(message, k, None)
     return f"[t={get('time_step')}] {get('author_id')}: {get('content')}"
 
