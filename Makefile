@@ -40,19 +40,19 @@ run: $(CORE_STAMP)
 
 # The tests include the strict docs build (tests/test_docs_and_layers.py).
 test: $(TEST_STAMP)
-	$(BIN)/ruff check vivarium tests benchmarks
+	$(BIN)/ruff check vivarium tests benchmarks scripts
 	VIVARIUM_PROGRESS=0 VIVARIUM_REQUIRE_LLM_SERVER=1 VIVARIUM_REQUIRE_BROWSER=1 \
 		VIVARIUM_REQUIRE_DOCS_TOOLS=1 \
 		$(BIN)/python -m pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg
 
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check vivarium tests benchmarks
-	$(BIN)/ruff format --check vivarium tests benchmarks
+	$(BIN)/ruff check vivarium tests benchmarks scripts
+	$(BIN)/ruff format --check vivarium tests benchmarks scripts
 
 format: $(TEST_STAMP)
-	$(BIN)/ruff format vivarium tests benchmarks
-	$(BIN)/ruff check --fix vivarium tests benchmarks
+	$(BIN)/ruff format vivarium tests benchmarks scripts
+	$(BIN)/ruff check --fix vivarium tests benchmarks scripts
 
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/phase1.py

@@ -1,9 +1,11 @@
 """Paper figures, regenerated from what ``data/`` records: ``vvm figures`` / ``make figures``.
 
-Every figure comes from a deterministic run: random agents, workflow agents answered by the
-mock, and LLM agents replayed from a cassette recorded against a real model. So the figures
-are the same on every machine, offline, and the PDF and PNG files are byte-stable (no
-creation dates or software tags in them).
+Every figure comes from a deterministic run: random agents, and LLM agents (the ecology's
+workflow agents alpha_2 and beta_2, the channel world's cognitive agents) replayed from cassettes
+recorded once against a real model, SmolLM2-135M-Instruct on llama-cpp-python's server
+(``scripts/record_cassettes.py``). So the figures are the same on every machine, offline, and the
+PDF and PNG files are byte-stable (no creation dates or software tags in them). A request missing
+from a cassette stops the run with an error: a figure never silently mixes in a new model reply.
 """
 
 from __future__ import annotations
@@ -14,7 +16,20 @@ from typing import Any
 
 from vivarium.errors import ConfigError
 
+# The ecology with SmolLM2 answering alpha_2 and beta_2 (the file's cache_mode is replay).
+ECOLOGY_CONFIG = "ecology_smollm2.yaml"  # in data/experiments/
 ECOLOGY_SEEDS = (1, 2, 3, 4)
+# The channel world's LLM run: cognitive agents answered by SmolLM2-135M-Instruct, replayed from
+# data/cassettes/channel_smollm2.cassette (scripts/record_cassettes.py records it).
+CHANNEL_RUN: dict[str, Any] = {
+    "name": "paper_llm",
+    "policy": "cognitive",
+    "agents": 4,
+    "steps": 8,
+    "seed": 42,
+    "scheduling": "simultaneous",
+    "llm": {"model": "openai/smollm2", "force_tool": True, "max_tokens": 48},
+}
 
 
 def _runs(data_dir: Path, work: Path) -> dict[str, Any]:
@@ -27,27 +42,18 @@ def _runs(data_dir: Path, work: Path) -> dict[str, Any]:
         seed=7,
         action_space=["noop", "emit_event", "post_message"],
     ).run(work / "baseline.sqlite", progress=False)
+    cassettes = data_dir / "cassettes"
+    replay = {"cache": str(cassettes / "ecology_smollm2.cassette"), "cache_mode": "replay"}
     ecology = [
-        Experiment.from_file(data_dir / "experiments" / "ecology.yaml", seed=seed).run(
+        Experiment.from_file(data_dir / "experiments" / ECOLOGY_CONFIG, seed=seed, llm=replay).run(
             work / f"ecology_{seed}.sqlite", progress=False
         )
         for seed in ECOLOGY_SEEDS
     ]
-    llm = Experiment(
-        name="paper_llm",
-        policy="cognitive",
-        agents=3,
-        steps=4,
-        seed=42,
-        scheduling="simultaneous",
-        llm={
-            "model": "openai/smollm2",
-            "force_tool": True,
-            "max_tokens": 48,
-            "cache": str(data_dir / "cassettes" / "smollm2_phase2.cassette"),
-            "cache_mode": "replay",
-        },
-    ).run(work / "llm.sqlite", progress=False)
+    channel = {**CHANNEL_RUN["llm"], "cache": str(cassettes / "channel_smollm2.cassette")}
+    llm = Experiment(**{**CHANNEL_RUN, "llm": {**channel, "cache_mode": "replay"}}).run(
+        work / "llm.sqlite", progress=False
+    )
     return {"baseline": baseline, "ecology": ecology, "llm": llm}
 
 
@@ -72,7 +78,7 @@ def make_figures(
             ),
             "action_mix": plots.action_mix(runs["baseline"], window=5),
             "success_curves": plots.success_curves(runs["ecology"], by="policy", window=5),
-            # alpha_2's should_pivot turns (state-machine loops marked routine are left out).
+            # alpha_2's should_pivot turns, seed 1 (state-machine loops marked routine left out).
             "pivot_raster": plots.pivot_raster(runs["ecology"][0]),
             "message_volume": plots.message_volume(runs["ecology"], cumulative=True),
             "token_use": plots.token_use(runs["llm"]),
