@@ -43,6 +43,9 @@ QUICK = {
     "benchmarks/phase1.py": ["--agents", "50", "--steps", "20", "--repeat", "1"],
     "benchmarks/own_models_vs_mesa.py": ["--quick", "--no-write"],
     "benchmarks/phase1_vs_mesa.py": ["--sizes", "100x20", "--repeat", "1", "--no-write"],
+    "benchmarks/llm_scale.py": [
+        "--agents", "40", "--steps", "2", "--max-concurrency", "10", "--no-write",
+    ],
     "benchmarks/trace_sql.py": ["--sizes", "40x10", "--repeat", "1", "--no-write"],
     "benchmarks/llm_concurrency.py": [
         "--agents", "4", "--steps", "2", "--latency-ms", "5", "--repeats", "1", "--no-write",
