@@ -38,6 +38,27 @@ LLM_TRANSPORT_FIELDS = frozenset(
 )
 
 
+def _check_server_url(url: str) -> None:
+    """One server's base URL: http(s), a host, a valid port, nothing else in it.
+
+    Raises:
+        ValueError: What is wrong, in one line.
+    """
+    if not url:
+        raise ValueError("an empty server URL (a comma too many?)")
+    if url.startswith("$"):
+        raise ValueError(f"{url!r}: environment variables are not expanded here; give the URL")
+    if any(c.isspace() for c in url) or ";" in url:
+        raise ValueError(f"{url!r} is not one URL (separate several with commas)")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+    try:
+        parts.port  # noqa: B018 - read for its check: a port that is not a number or too large
+    except ValueError:
+        raise ValueError(f"{url!r} has no valid port (1-65535)") from None
+
+
 class LLMConfig(BaseModel):
     """Which model answers LLM agents, and how the calls are made, cached and limited."""
 
@@ -99,14 +120,13 @@ class LLMConfig(BaseModel):
         """
         if value is None:
             return None
-        urls = [u.strip() for u in value.split(",")] if isinstance(value, str) else value
+        given = value.split(",") if isinstance(value, str) else value
+        urls = [u.strip() if isinstance(u, str) else u for u in given]
         if not urls:
             raise ValueError("give at least one server URL")
         seen: set[str] = set()
         for url in urls:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"{url!r} is not an http:// or https:// URL")
+            _check_server_url(url)
             if (key := url.rstrip("/")) in seen:
                 raise ValueError(f"{url} is listed twice")
             seen.add(key)

@@ -184,13 +184,32 @@ def test_every_server_dead_stops_the_run_as_an_outage(tmp_path: Path, transport:
         ([], "llm: api_base: give at least one server URL"),
         (
             ["http://127.0.0.1:1/v1", "127.0.0.1:2/v1"],
-            "llm: api_base: '127.0.0.1:2/v1' is not an http:// or https:// URL",
+            "llm: api_base: '127.0.0.1:2/v1' is not an http:// or https:// URL with a host",
+        ),
+        (
+            "http://a:notaport/v1",
+            "llm: api_base: 'http://a:notaport/v1' has no valid port (1-65535)",
+        ),
+        ("http://a:99999/v1", "llm: api_base: 'http://a:99999/v1' has no valid port (1-65535)"),
+        (
+            "http://:8000/v1",
+            "llm: api_base: 'http://:8000/v1' is not an http:// or https:// URL with a host",
+        ),
+        (
+            "http://a/v1 http://b/v1",
+            "llm: api_base: 'http://a/v1 http://b/v1' is not one URL (separate several with "
+            "commas)",
+        ),
+        ("http://a/v1,", "llm: api_base: an empty server URL (a comma too many?)"),
+        (
+            "$VLLM_URL",
+            "llm: api_base: '$VLLM_URL': environment variables are not expanded here; give the URL",
         ),
         (
             ["http://a:1/v1", "http://b:1/v1", "http://a:1/v1/"],
             "llm: api_base: http://a:1/v1/ is listed twice",
         ),
-        ("ftp://a/v1", "llm: api_base: 'ftp://a/v1' is not an http:// or https:// URL"),
+        ("ftp://a/v1", "llm: api_base: 'ftp://a/v1' is not an http:// or https:// URL with a host"),
     ],
 )
 def test_bad_server_lists_are_one_line_errors(value: Any, message: str) -> None:
@@ -249,6 +268,29 @@ def test_the_pool_picks_the_least_busy_server_ties_by_list_order() -> None:
     pool._release(1, "answered")
     assert pool.in_flight() == [2, 0, 1] and pool._acquire(set()) == 1  # back in rotation
     assert pool.answered == [2, 1, 0] and pool.failed == [0, 1, 0]
+
+
+def test_a_server_failing_again_and_again_waits_ever_longer_and_ranks_behind() -> None:
+    """A hung server costs one call its timeout per cooldown: the cooldown doubles with each
+    failure in a row (5, 10, 20 s here), and until it answers it counts one call busier."""
+    clock = Clock()
+    pool = ServerPool(["http://a/v1", "http://b/v1"], cooldown=5, clock=clock)
+    for expected_wait in (5, 10, 20):
+        index = pool._acquire({1})
+        assert index == 0
+        pool._release(0, "failed")
+        clock.now += expected_wait - 0.01
+        assert pool.cooling() == [True, False]
+        clock.now += 0.02
+        assert pool.cooling() == [False, False]
+    assert pool._acquire(set()) == 1  # both idle: the one that failed last ranks behind
+    assert pool._acquire(set()) == 0  # b has a call in flight now: a is tried
+    pool._release(0, "answered")  # a answers: warm, and its next failure cools it 5 s again
+    pool._release(1, "answered")
+    assert pool._acquire(set()) == 0  # no penalty left: ties by list order
+    pool._release(0, "failed")
+    clock.now += 5.01
+    assert pool.cooling() == [False, False]
 
 
 def _gateway(servers: list[FakeOpenAIServer], **kwargs: Any) -> LiteLLMGateway:

@@ -1,8 +1,9 @@
-"""``LLMRequest.request_hash`` keys cassettes: its fast path must give the documented form.
+"""``LLMRequest.request_hash`` keys cassettes: it must give the documented form.
 
 The form is the SHA-256 of ``canonical_json(request.model_dump(mode="json"))``; every case here
-is hashed that way, independently of ``request_hash``, including the values for which the fast
-path must step aside (NaN, dates, bytes, sets, an unvalidated ``temperature=0``).
+is hashed that way, independently of ``request_hash``, including the values a faster encoding
+got wrong or must step aside for (keys that are not strings, NaN, dates, bytes, sets, an
+unvalidated ``temperature=0``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ CONTENTS: list[Any] = [
     datetime.date(2024, 1, 1),
     b"bytes",
     {"s": {1, 2}},
+    {10: "a", 2: "b"},  # sorted as numbers before they become strings, by a plain encoder
+    {None: "a"},
+    {True: 1, 2: 3},
 ]
 SCALARS = [
     {"temperature": 0, "seed": 3, "max_tokens": 5},

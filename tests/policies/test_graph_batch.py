@@ -260,3 +260,77 @@ def test_a_caller_who_froze_the_heap_keeps_their_thresholds(db: Path) -> None:
         assert seen == [before]
     finally:
         gc.unfreeze()
+
+
+class TaggedParse(CognitiveAgentPolicy):
+    """A subclass with its own async parse node: it must keep deciding through it."""
+
+    async def _aparse_node(self, state: Any) -> dict[str, Any]:
+        out = self._parse_node(state)
+        out["action"].metadata["tagged"] = True
+        return out
+
+
+def test_a_subclass_with_its_own_async_nodes_keeps_them(tmp_path: Path) -> None:
+    """The batch graph calls the sync build and parse nodes: a subclass overriding the async
+    ones would lose them there, so it decides through its own graph."""
+    assert not cognitive._batchable(TaggedParse)
+    assert cognitive._batchable(CognitiveAgentPolicy)
+    trace, _ = run(tmp_path / "tagged.sqlite", TaggedParse, steps=1)
+    metadata = trace.actions["metadata"].tolist()
+    assert len(metadata) == len(AGENTS)
+    assert all('"tagged":true' in m.replace(" ", "") for m in metadata)
+
+
+class OwnCompile(CognitiveAgentPolicy):
+    """A subclass whose ``_compile`` is an instance method (it worked before graphs were
+    shared): compiled per instance, with the instance at hand."""
+
+    def _compile(self, build: Any, call: Any, parse: Any) -> Any:  # type: ignore[override]
+        self.compiled_here = getattr(self, "compiled_here", 0) + 1
+        return CognitiveAgentPolicy._compile(build, call, parse)
+
+
+def test_a_subclass_compiling_per_instance_still_builds() -> None:
+    policy = OwnCompile(MockLLMGateway(seed=1), model="mock")
+    other = OwnCompile(MockLLMGateway(seed=1), model="mock")
+    assert policy.compiled_here == 2 and other.compiled_here == 2  # sync and async graphs
+    assert policy.graph is not other.graph
+    assert not cognitive._batchable(OwnCompile)
+
+
+def test_a_call_that_raises_a_cancellation_fails_its_decision_at_once() -> None:
+    """A gateway raising CancelledError nobody asked for fails that decision as LangGraph
+    does alone (NodeCancelledError), without waiting for the batch's slow call."""
+    from langgraph.errors import NodeCancelledError
+
+    class Gateway(MockLLMGateway):
+        async def achat(self, **request: Any) -> Any:
+            if "You are agent_a," in str(request["messages"][0]["content"]):
+                raise asyncio.CancelledError
+            await asyncio.sleep(1.0)
+            return await super().achat(**request)
+
+    gateway = Gateway(seed=1)
+    policies = {a: CognitiveAgentPolicy(gateway, model="mock") for a in ("agent_a", "agent_b")}
+
+    async def both() -> tuple[BaseException | None, float, float]:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        a = asyncio.ensure_future(
+            policies["agent_a"].adecide(run_id="r", time_step=0, agent_id="agent_a",
+                                        observation={"time_step": 0, "messages": []})
+        )  # fmt: skip
+        b = asyncio.ensure_future(
+            policies["agent_b"].adecide(run_id="r", time_step=0, agent_id="agent_b",
+                                        observation={"time_step": 0, "messages": []})
+        )  # fmt: skip
+        done, _ = await asyncio.wait([a], timeout=5)
+        failed_at = loop.time() - began
+        error = a.exception() if done else None
+        await b
+        return error, failed_at, loop.time() - began
+
+    error, failed_at, whole = asyncio.run(both())
+    assert isinstance(error, NodeCancelledError)
+    assert failed_at < whole - 0.5  # not held until agent_b's one-second call was done

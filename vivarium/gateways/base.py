@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -67,44 +66,10 @@ class LLMRequest(BaseModel):
     def request_hash(self) -> str:
         """SHA-256 of the canonical JSON of every field: same request, same key, any process.
 
-        The canonical JSON is ``canonical_json(self.model_dump(mode="json"))``. Every call
-        hashes its request, so the fields are encoded as they are when they hold only JSON's
-        own types (strings, numbers but NaN and infinities, booleans, None, lists, tuples and
-        dicts with string keys), for which ``model_dump`` changes nothing: the same text, for a
-        quarter less CPU. Anything else (a NaN, a date, an object) is dumped first, as before.
-
         Returns:
             The hex digest that keys the cassette and names the request in call records.
         """
-        fields = self.__dict__  # the fields, by name (no extras: they are forbidden)
-        text = None
-        if _plain_scalars(fields):
-            with contextlib.suppress(TypeError, ValueError):  # not plain JSON: dumped below
-                text = _encode_plain(fields)
-        if text is None:
-            text = canonical_json(self.model_dump(mode="json"))
-        return digest(text)
-
-
-# ``seeding.canonical_json`` with no fallback for other types and no NaN: it raises instead.
-_encode_plain = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-).encode
-_NONE = type(None)
-
-
-def _plain_scalars(fields: dict[str, Any]) -> bool:
-    """Whether the scalar fields hold the very types ``model_dump`` gives.
-
-    A request built without validation (``model_construct``) may hold ``temperature=0``,
-    which ``model_dump`` turns into ``0.0``.
-    """
-    return (
-        type(fields["model"]) is str
-        and type(fields["temperature"]) in (float, _NONE)
-        and type(fields["max_tokens"]) in (int, _NONE)
-        and type(fields["seed"]) in (int, _NONE)
-    )
+        return digest(canonical_json(self.model_dump(mode="json")))
 
 
 class LLMResponse(BaseModel):

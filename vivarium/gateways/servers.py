@@ -6,7 +6,9 @@ the fewest calls in flight (ties go to the first listed, so a run against determ
 sends the same calls to the same servers), and when that server fails the way a server fails
 (``FAILOVER_KINDS``: refused or reset connections, timeouts, 5xx, 429, a reply that is not JSON)
 the attempt moves on to the next server. A server that failed is cooled down for ``cooldown``
-seconds: tried only after every warm one, then back in the rotation once it answers again.
+seconds, doubled with each failure in a row (a server that hangs costs one call its timeout
+per cooldown, ever more rarely): tried only after every warm one, then, until it answers
+again, as if it had one call more in flight than it has.
 
 Only when every server has failed one attempt does the attempt fail, with the last server's
 error, and the layers above decide as for one server (the retry layer retries; past the
@@ -28,6 +30,7 @@ from vivarium.gateways.openai_http import WireError, WireReply, apost, chat_url,
 # Refused credentials, unknown models and rejected requests would fail on every server alike.
 FAILOVER_KINDS = frozenset({"connection", "timeout", "server_error", "rate_limit", "bad_response"})
 DEFAULT_COOLDOWN_S = 5.0
+_MAX_DOUBLINGS = 6  # the longest cooldown: 64 times the first (5 s -> 320 s)
 
 
 class ServerPool:
@@ -73,6 +76,7 @@ class ServerPool:
         n = len(self.api_bases)
         self._in_flight = [0] * n
         self._cool_until = [0.0] * n
+        self._failures = [0] * n  # failures in a row: the cooldown doubles with each
         self.answered = [0] * n
         self.failed = [0] * n
 
@@ -103,15 +107,21 @@ class ServerPool:
             return [until > now for until in self._cool_until]
 
     def cool(self, index: int) -> None:
-        """Put server ``index`` behind the others for ``cooldown`` seconds (it failed)."""
+        """Put server ``index`` behind the others for a while (it failed)."""
         with self._lock:
-            self._cool_until[index] = self._clock() + self.cooldown
+            self._failed(index)
+
+    def _failed(self, index: int) -> None:
+        """Count a failure of ``index`` and cool it down (call with the lock held)."""
+        self._failures[index] += 1
+        doubled = min(self._failures[index] - 1, _MAX_DOUBLINGS)
+        self._cool_until[index] = self._clock() + self.cooldown * 2**doubled
 
     def _acquire(self, tried: set[int]) -> int | None:
         """The next server for an attempt (None: every one tried), counted as in flight.
 
-        Warm servers first, least busy first, ties by list order; then cooling ones, the one
-        back soonest first.
+        Warm servers first, least busy first (one that failed last counts one call more),
+        ties by list order; then cooling ones, the one back soonest first.
         """
         now = self._clock()
         best, best_key = None, None
@@ -119,7 +129,8 @@ class ServerPool:
             for i, until in enumerate(self._cool_until):
                 if i in tried:
                     continue
-                key = (1, until, 0) if until > now else (0, 0.0, self._in_flight[i])
+                busy = self._in_flight[i] + (1 if self._failures[i] else 0)
+                key = (1, until, 0) if until > now else (0, 0.0, busy)
                 if best_key is None or key < best_key:
                     best, best_key = i, key
             if best is not None:
@@ -132,10 +143,11 @@ class ServerPool:
             self._in_flight[index] -= 1
             if outcome == "failed":
                 self.failed[index] += 1
-                self._cool_until[index] = self._clock() + self.cooldown
+                self._failed(index)
             elif outcome == "answered":
                 self.answered[index] += 1
                 self._cool_until[index] = 0.0  # it answers: warm again
+                self._failures[index] = 0
 
     def _exhausted(self, last: WireError, tried: int) -> WireError:
         """The attempt's error once every server failed: the last one's, saying so."""

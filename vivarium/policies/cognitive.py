@@ -450,7 +450,12 @@ class CognitiveAgentPolicy(_CognitiveCore):
         super().__init__(
             gateway, config, registry, master_seed=master_seed, memory=memory, **overrides
         )
-        self.graph, self.agraph = _graphs(type(self))
+        if _shared_compile(type(self)):
+            self.graph, self.agraph = _graphs(type(self))
+        else:  # a subclass's own ``_compile`` that needs its instance: compiled per instance
+            require("langgraph.graph")
+            self.graph = self._compile(_build, _call, _parse)
+            self.agraph = self._compile(_abuild, _acall, _aparse)
         if self.batch_decisions:
             batch_graph()  # compiled now, not in a run's first step
 
@@ -528,7 +533,7 @@ class CognitiveAgentPolicy(_CognitiveCore):
         ``batch_decisions = False``, runs ``agraph`` once per decision.
         """
         state = self._initial(run_id, time_step, agent_id, observation)
-        if self.batch_decisions and type(self)._compile is CognitiveAgentPolicy._compile:
+        if self.batch_decisions and _batchable(type(self)):
             return await batcher().decide(state)
         final = await self.agraph.ainvoke(state)
         return final["action"]
@@ -561,6 +566,28 @@ async def _aparse(state: CognitiveState) -> dict[str, Any]:
 
 _compiled: dict[type, tuple[Any, Any]] = {}
 _compile_lock = threading.Lock()
+# What the batch graph runs in place of the per-decision graph: a subclass that overrides any
+# of these (or the graph itself) decides through its own graph, one invocation a decision.
+_BATCH_REPLACES = ("_compile", "_abuild_node", "_aparse_node", "adecide")
+
+
+def _batchable(cls: type[CognitiveAgentPolicy]) -> bool:
+    """Whether ``cls``'s decisions can run through the batch graph and stay the same.
+
+    The batch graph calls ``_build_node``, ``_acall_node`` and ``_parse_node`` (a subclass's
+    own too); a subclass with its own graph or async build and parse nodes keeps its graph.
+    """
+    return all(
+        getattr(cls, name) is getattr(CognitiveAgentPolicy, name) for name in _BATCH_REPLACES
+    )
+
+
+def _shared_compile(cls: type[CognitiveAgentPolicy]) -> bool:
+    """Whether ``cls._compile`` is a static method (one graph per class); else per instance."""
+    for klass in cls.__mro__:
+        if "_compile" in vars(klass):
+            return isinstance(vars(klass)["_compile"], staticmethod)
+    return True
 
 
 def _graphs(cls: type[CognitiveAgentPolicy]) -> tuple[Any, Any]:

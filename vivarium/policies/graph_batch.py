@@ -76,6 +76,17 @@ async def _call_and_parse(item: BatchItem) -> None:
     except Exception as exc:  # an outage that stops the run: the decision raises it
         _fail(item, exc)
         return
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # the decision itself was cancelled
+            raise
+        # The call raised a cancellation nobody asked for: the decision fails now (not when
+        # the batch's slowest call is done), as LangGraph fails a node that does so alone.
+        errors = require("langgraph.errors")
+        failure = errors.NodeCancelledError("call_model")
+        failure.__cause__ = exc
+        _fail(item, failure)
+        return
     if not item.future.done():
         item.future.set_result(action)
 
