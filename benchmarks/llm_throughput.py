@@ -9,7 +9,8 @@ measurement starts a fresh server (an empty prompt cache), then:
 
 1. **Vivarium**: ``agents`` LLM agents (the plain cognitive policy, ``force_tool``, temperature
    0, simultaneous scheduling, every agent's call in flight at once) for ``steps`` steps; the
-   completion tokens of the steps over their wall time (building the run left out).
+   completion tokens over the wall time from the run's start to its last step (building the
+   run included: it favours the standalone side).
 2. **Standalone**: the very requests that run sent (read back from its trace), replayed by a
    plain load generator (one thread per agent, a step's requests at once, steps in order), the
    same measure: what the server gives when nothing but HTTP stands in front of it.
@@ -170,21 +171,32 @@ def vivarium_run(base: str, agents: int, steps: int, max_tokens: int) -> dict[st
         requests = [
             {"step": int(row["step"]), "body": row["request"]} for _, row in exchanges.iterrows()
         ]
-        # The steps' wall time: from the run's start to the last step, less the building
-        # before the first call (measured as the gap to the first step's end minus its calls
-        # is not separable; the first step is counted whole, which favours the standalone).
+        # From the run's start (building included) to its last step's commit.
         seconds = marks[-1] - began[0]
-        fallbacks = int(run.actions["fallback"].sum())
-        completion = int(calls["completion_tokens"].sum())
-        prompt = int(calls["prompt_tokens"].sum())
+        measured = _measured(
+            seconds,
+            int(calls["completion_tokens"].sum()),
+            int(calls["prompt_tokens"].sum()),
+            before,
+            after,
+        )
+        return {
+            **measured,
+            "requests": requests,
+            "fallbacks": int(run.actions["fallback"].sum()),
+        }
+
+
+def _measured(
+    seconds: float, completion: int, prompt: int, before: dict[str, float], after: dict[str, float]
+) -> dict[str, Any]:
+    """One side's numbers: time, tokens, and the server's prompt counters over the run."""
     return {
         "seconds": seconds,
         "completion_tokens": completion,
         "prompt_tokens": prompt,
         "evaluated": after["prompt_tokens_total"] - before["prompt_tokens_total"],
         "cached": after["prompt_tokens_cached_total"] - before["prompt_tokens_cached_total"],
-        "requests": requests,
-        "fallbacks": fallbacks,
     }
 
 
@@ -221,14 +233,7 @@ def standalone_run(base: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
         for thread in threads:
             thread.join()
     seconds = time.perf_counter() - start
-    after = metrics(base)
-    return {
-        "seconds": seconds,
-        "completion_tokens": completion,
-        "prompt_tokens": prompt,
-        "evaluated": after["prompt_tokens_total"] - before["prompt_tokens_total"],
-        "cached": after["prompt_tokens_cached_total"] - before["prompt_tokens_cached_total"],
-    }
+    return _measured(seconds, completion, prompt, before, metrics(base))
 
 
 def main() -> None:
