@@ -214,6 +214,9 @@ def test_pivot_raster_marks_back_transitions() -> None:
     assert texts(fig.legends[0]) == ["back to A", "back to B"]
     assert ax.get_xlabel() == "step" and ax.get_ylabel() == "agent (pivots)"
     assert ax.get_xlim() == (-0.5, 2.5)
+    fig.canvas.draw()
+    shown = [t for t in ax.get_xticks() if -0.5 <= t <= 2.5]
+    assert shown and all(float(t).is_integer() for t in shown)  # steps are whole: no 0.5 ticks
     ordered = plots.pivot_raster(data, run_id="r1", state_order=["C", "B", "A"])
     assert texts(ordered.legends[0]) == ["back to C", "back to B"]
     none = plots.pivot_raster(data, run_id="r1", exclude=["C -> B", "C -> A", "B -> A"])

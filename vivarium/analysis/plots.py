@@ -643,6 +643,8 @@ def pivot_raster(
         ]
         if steps:
             ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
+        # Steps are whole numbers: no tick at 2.5 on a short run.
+        ax.xaxis.set_major_locator(require("matplotlib.ticker").MaxNLocator(integer=True))
         _agent_axis(ax, order, [f"{a} ({counts.get(a, 0)})" for a in order], "agent (pivots)")
         ax.set_xlabel("step")
         ax.spines["left"].set_visible(False)
