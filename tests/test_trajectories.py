@@ -100,7 +100,7 @@ def test_messages_are_what_the_model_saw_and_said(run: Run, dataset: Any) -> Non
             prompt = [present(m) for m in entry["prompt"]]
             assert prompt == request["messages"]
             assert [m["role"] for m in prompt] == ["system", "user"]
-            assert f"You are {agent}" in prompt[0]["content"]
+            assert f"You are {agent}." in prompt[1]["content"]
             (assistant,) = entry["completion"]
             assert present(assistant) == present(
                 {

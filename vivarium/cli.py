@@ -265,12 +265,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise
     if args.on_llm_error is not None and exp.config.llm is not None:
         exp.config.llm.on_llm_error = args.on_llm_error  # not part of the run's identity
+    if args.api_base is not None:
+        _set_api_base(exp, args.api_base, args.config)
     _check_export_dir(args)
 
     start = time.perf_counter()
     run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
     return _after_run(args, run)
+
+
+def _set_api_base(exp: Any, value: str, path: Path) -> None:
+    """Send the config's LLM calls to ``value`` (``vvm run --api-base``), as phase2 and resume do.
+
+    Where calls go is no part of the run's identity: the run id stays the file's.
+
+    Raises:
+        ConfigError: The file has no LLM agents, or ``value`` is no server URL (list).
+    """
+    from pydantic import ValidationError
+
+    from vivarium.config import describe_errors
+
+    if exp.config.llm is None:
+        raise ConfigError(f"--api-base: {path} has no llm section (no LLM agents to send)")
+    try:
+        exp.config.llm.api_base = value
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(exc, "--api-base")) from None
 
 
 def _refer_sectioned(path: Path) -> None:
@@ -357,6 +379,7 @@ def _llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
         ("mock_latency_ms", "mock_latency_ms"),
         ("system_prompt", "system_prompt"),
         ("on_llm_error", "on_llm_error"),
+        ("forced_tool_format", "forced_tool_format"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
@@ -539,11 +562,11 @@ def _interrupted_line(exc: RunInterrupted) -> str:
     """The run, the reason, what is kept, and the command that goes on, in one line."""
     if exc.run_id is None or exc.path is None:
         return str(exc)
-    kept = f"steps 0-{exc.step - 1} are kept in {exc.path}" if exc.step else f"trace {exc.path}"
-    return one_line(
-        f"run {exc.run_id} interrupted: {exc.reason}; {kept}; "
-        f"once the server is back: vvm resume {exc.path}"
-    )
+    from vivarium.runner import kept_steps, when_to_resume
+
+    kept = kept_steps(exc.step, exc.path)
+    then = f"{when_to_resume(exc.reason)}: vvm resume {exc.path}"
+    return one_line(f"run {exc.run_id} interrupted: {exc.reason}; {kept}; {then}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -591,6 +614,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TOOL",
         help="force a tool call (default: the world's main action, post_message in the "
         "channel, write_artifact in the ecology); small local models need it",
+    )
+    llm.add_argument(
+        "--forced-tool-format",
+        choices=["tool_choice", "json_schema"],
+        default=None,
+        help="how --force-tool reaches the server: tool_choice (default), or json_schema for "
+        "servers whose chat template cannot call tools (e.g. llama-server with SmolLM2)",
     )
     llm.add_argument("--no-graph", action="store_true", help="plain policy instead of LangGraph")
     llm.add_argument(
@@ -646,6 +676,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument(
         "--on-llm-error", choices=["stop", "fallback"], default=None, help=ON_LLM_ERROR_HELP
+    )
+    pr.add_argument(
+        "--api-base",
+        default=None,
+        help="the LLM server(s) instead of the config's llm.api_base: URLs separated by commas",
     )
 
     pr.set_defaults(func=_cmd_run)
@@ -754,8 +789,13 @@ def _note_trace_path(
     command: str = "vvm",
     fallback: Callable[..., None] = warnings.showwarning,
 ) -> None:
-    """Show a ``TracePathWarning`` as one stderr line (where the trace went); others as usual."""
-    if issubclass(category, TracePathWarning):
+    """Show a ``TracePathWarning`` as one stderr line (where the trace went); others as usual.
+
+    A ``ServerWarning`` (a server of several failed) is one line too.
+    """
+    from vivarium.gateways.servers import ServerWarning
+
+    if issubclass(category, TracePathWarning | ServerWarning):
         print(f"vvm {command}: note: {message}", file=sys.stderr)
     else:
         fallback(message, category, filename, lineno, file, line)
@@ -789,8 +829,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    from vivarium.engine.interrupts import interrupt_signals
+
     try:
-        with warnings.catch_warnings():
+        # SIGTERM stops a run as Ctrl-C does: the trace is marked interrupted, one line says so.
+        with warnings.catch_warnings(), interrupt_signals():
             # The CLI prints a run's health itself, as one line (see _warn_health).
             warnings.simplefilter("ignore", RunHealthWarning)
             warnings.simplefilter("always", TracePathWarning)
@@ -811,9 +854,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VivariumError as exc:
         print(f"vvm {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"vvm {args.command}: interrupted; committed steps are kept", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = int(getattr(exc, "signum", 2))  # vivarium.engine.interrupts.Interrupted
+        by = "" if signum == 2 else f" by {getattr(exc, 'name', signum)}"
+        print(f"vvm {args.command}: interrupted{by}; committed steps are kept", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:
         # The reader went away (``vvm ... | head``): the run is complete, only the summary was
         # cut. Point stdout at /dev/null so the exit flush does not fail again.

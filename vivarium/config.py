@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -36,6 +37,28 @@ LLM_TRANSPORT_FIELDS = frozenset(
         "on_llm_error",
     }
 )
+
+
+CodeDigests = Callable[["ExperimentConfig"], dict[str, str]]
+"""``source(config)``: ``{"policy:<name>": digest}`` for the registered code a config uses."""
+
+_CODE_DIGESTS: list[CodeDigests] = []
+
+
+def add_code_digests(source: CodeDigests) -> None:
+    """Let the layer that knows registered worlds and policies name their code in run ids.
+
+    A world or policy registered in a script or a notebook (``vivarium.build.register_policy``)
+    is only a name in a config; its code is known to the registry, above this module, which
+    adds its ``source`` here once (at import). Every ``identity`` then holds the digest of the
+    registered code the config uses, as ``code_digests``: editing a registered factory, or the
+    class it builds, names a new run, as editing a class given as an object does.
+
+    Args:
+        source: Returns the digests for a config (empty when it uses no registered name).
+    """
+    if source not in _CODE_DIGESTS:
+        _CODE_DIGESTS.append(source)
 
 
 def _check_server_url(url: str) -> None:
@@ -87,6 +110,20 @@ class LLMConfig(BaseModel):
         description="force a tool call - small models need it (True: the world's main action, "
         "post_message in the channel, write_artifact in the ecology; a name: that action)",
     )
+    # How a forced tool reaches the server. "tool_choice": tools and a named tool_choice, as
+    # OpenAI defines them. "json_schema": for servers whose chat template cannot call tools
+    # (llama.cpp's llama-server with SmolLM2's stock template ignores tools and rejects an
+    # object tool_choice): the request is sent without tools, with a response_format
+    # json_schema of the forced tool's parameters, and the reply's JSON is read back as a call
+    # of that tool (vivarium.gateways.forced_schema). The request and its cassette key stay the
+    # same; the model does answer differently (it sees no tool definitions), so a run id
+    # includes it when it is not the default.
+    forced_tool_format: Literal["tool_choice", "json_schema"] = Field(
+        default="tool_choice",
+        description="how a forced tool is sent: tool_choice, or json_schema for servers "
+        "whose chat template cannot call tools (response_format constrained to the tool's "
+        "parameters)",
+    )
     graph: bool = Field(default=True, description="use the LangGraph policy when installed")
     timeout: float = Field(default=60.0, gt=0)
     num_retries: int = Field(default=2, ge=0, le=20)
@@ -109,6 +146,25 @@ class LLMConfig(BaseModel):
         description="when the LLM server fails past the retries: stop the run (interrupted, "
         "resumable) or record a fallback noop for the decision",
     )
+
+    @field_validator("api_base", mode="before")
+    @classmethod
+    def _server_entries(cls, value: Any) -> Any:
+        """Each entry of a list a URL: a ``null`` or a number is named in one plain line.
+
+        Left to the type check, a YAML list with an empty entry gives two lines of union
+        errors (``api_base.str: ...; api_base.list[str].1: ...``).
+        """
+        if value is None or isinstance(value, str):
+            return value
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"give a URL or a list of URLs, not {value!r}")
+        for number, entry in enumerate(value, start=1):
+            if entry is None:
+                raise ValueError(f"entry {number} is empty")
+            if not isinstance(entry, str):
+                raise ValueError(f"entry {number} is {entry!r}, not a URL")
+        return list(value)
 
     @field_validator("api_base")
     @classmethod
@@ -150,7 +206,10 @@ class LLMConfig(BaseModel):
         Returns:
             The dumped settings that go into the recorded config and the run id.
         """
-        return self.model_dump(exclude=set(LLM_TRANSPORT_FIELDS))
+        data = self.model_dump(exclude=set(LLM_TRANSPORT_FIELDS))
+        if data["forced_tool_format"] == "tool_choice":  # the default: run ids stay what they were
+            del data["forced_tool_format"]
+        return data
 
 
 class AutonomousConfig(BaseModel):
@@ -213,6 +272,11 @@ class ExperimentConfig(BaseModel):
     policy_options: dict[str, Any] = Field(
         default_factory=dict,
         description="extra keyword arguments for `policy` given as a class or factory",
+    )
+    code_digests: dict[str, str] = Field(
+        default_factory=dict,
+        description="digest of the code of each registered world and policy the run uses "
+        "(policy:<name>), as recorded with a run (set by Vivarium)",
     )
     checkpoint_every: int | None = Field(
         default=None, ge=1, description="save world and agent state every K steps (resume)"
@@ -282,9 +346,17 @@ class ExperimentConfig(BaseModel):
             The dumped config without ``db``, ``run_id``, ``base_dir`` and
             ``max_concurrency`` (how fast, not what: see the field), with the LLM's
             identity only, each agent folder's current digest, ``enabled: false`` on the
-            groups left out, and ``policy_options`` only where some are given.
+            groups left out, ``policy_options`` only where some are given, and the current
+            ``code_digests`` of registered worlds and policies only where the run uses some.
         """
-        data = self.model_dump(exclude={"db", "run_id", "llm", "base_dir", "max_concurrency"})
+        data = self.model_dump(
+            exclude={"db", "run_id", "llm", "base_dir", "max_concurrency", "code_digests"}
+        )
+        # Registered code decides the run as much as the config does; only runs that use some
+        # say so, and every other run keeps its id.
+        digests = self.current_code_digests()
+        if digests:
+            data["code_digests"] = digests
         # Policy options are newer than most recorded runs: only runs that give some say so,
         # and every other run keeps its id.
         if not data["policy_options"]:
@@ -302,6 +374,13 @@ class ExperimentConfig(BaseModel):
                 if not self.group_enabled(group):
                     dumped["enabled"] = False
         return data
+
+    def current_code_digests(self) -> dict[str, str]:
+        """The digest of each registered world and policy the config uses, as it is now."""
+        found: dict[str, str] = {}
+        for source in _CODE_DIGESTS:
+            found.update(source(self))
+        return dict(sorted(found.items()))
 
     def group_enabled(self, group: AgentGroup) -> bool:
         """False when the group or its agent folder's ``agent.yaml`` says ``enabled: false``."""

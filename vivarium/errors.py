@@ -57,7 +57,9 @@ The tree (``module:`` where a class is not defined here)::
     UserWarning
     ├── RunHealthWarning                   a run finished but is not a clean result
     ├── TracePathWarning                   a trace went elsewhere than its default path
-    └── SweepWarning                       some runs of a sweep failed
+    ├── SweepWarning                       some runs of a sweep failed
+    └── ServerWarning                      a server of a list cannot be used; its calls go
+                                           to the others (vivarium.gateways.servers)
 
 "Fatal" is a type: code that turns an agent's failure into a recorded fallback lets a
 ``RunStoppingError`` through (``isinstance``), and the engine stops the run on it.

@@ -233,8 +233,13 @@ class Experiment:
         alone (an error). Everything that can refuse the run (the path, the agents, an LLM
         server that is not there) is checked before the file is touched. See
         ``vivarium.runner.run_experiment`` for the errors and warnings.
+
+        Ctrl-C or SIGTERM stops the run with its trace marked ``interrupted`` (resumable) and
+        raises ``KeyboardInterrupt``; the signal handlers are restored afterwards.
         """
-        with self._reporters():
+        from vivarium.engine.interrupts import interrupt_signals
+
+        with self._reporters(), interrupt_signals():
             return runner.run_experiment(
                 self.config,
                 db,
@@ -289,11 +294,15 @@ class Run(TraceRun):
         for each in policy if isinstance(policy, (list, tuple)) else [policy]:
             if each is not None:
                 name_object("policy", each)
+        from vivarium.engine.interrupts import interrupt_signals
         from vivarium.engine.reporters import check_reporters, experiment_reporters
 
-        with experiment_reporters(
-            check_reporters(model_reporters, "model_reporters"),
-            check_reporters(agent_reporters, "agent_reporters"),
+        with (
+            experiment_reporters(
+                check_reporters(model_reporters, "model_reporters"),
+                check_reporters(agent_reporters, "agent_reporters"),
+            ),
+            interrupt_signals(),
         ):
             return runner.resume_run(
                 self.path, progress=progress, llm=llm, open_run=type(self).open, stacklevel=2

@@ -14,8 +14,10 @@ with the trace's own reader, ``TraceRun``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -155,7 +157,10 @@ def trace_path(
     """Where a run of ``config`` writes its trace; nothing is touched.
 
     A trace there that holds this run (same config and seed: same run id) is replaced, and so
-    is one holding another run when ``overwrite`` is true. Otherwise a path the user named
+    is one holding another run when ``overwrite`` is true. A finished trace of this run id
+    made by other package code (``vivarium.build.package_code_digest``), or recorded with
+    another config under a run id given by hand, is a different result: it is replaced only
+    when ``overwrite`` is true, else refused. Otherwise a path the user named
     (``db``, or the config's ``db``) is refused, and the default ``runs/<name>.sqlite`` gives
     way to ``runs/<run id>.sqlite``, with a ``TracePathWarning`` that says so: a loop over seeds
     keeps every run.
@@ -172,7 +177,8 @@ def trace_path(
 
     Raises:
         TraceError: The path is a folder, a foreign file, a trace being written, or (without
-            ``overwrite``) a named file holding another run: one line that says which.
+            ``overwrite``) a named file holding another run, or a finished trace of this run
+            id that is another result: one line that says which.
     """
     from vivarium.trace.db import check_new_trace_path, recorded_run_id
 
@@ -181,7 +187,10 @@ def trace_path(
     path = Path(db) if db is not None else default_trace_path(config, folder)
     check_new_trace_path(path)  # a folder, a foreign file, a run writing it: said first
     held = recorded_run_id(path)
-    if overwrite or held is None or held == run_id:
+    if overwrite or held is None:
+        return path
+    if held == run_id:
+        _refuse_another_result(path, config, run_id)
         return path
     if not explicit:
         name = config.name
@@ -199,6 +208,42 @@ def trace_path(
     raise TraceError(
         f"{path} holds run {held}, not this one ({run_id}): pass overwrite=True "
         "(vvm: --overwrite) to replace it, or give another path"
+    )
+
+
+def _refuse_another_result(path: Path, config: ExperimentConfig, run_id: str) -> None:
+    """Refuse to replace a finished trace of ``run_id`` that a rerun would not reproduce.
+
+    Rerunning the same config and seed rewrites its trace with the same bytes, which is why
+    it may replace it unasked; that holds only for the same code. A trace that records other
+    package code (its worlds or policies edited, or another version) or, under a run id given
+    by hand, another config, is another result: one line says so.
+    """
+    from vivarium.build import CODE_META_KEY, package_code_digest
+    from vivarium.seeding import canonical_json
+    from vivarium.trace.db import TraceDb, read_meta
+
+    try:
+        con = TraceDb.connect_readonly(path)
+        try:
+            row = con.execute("SELECT status, config_json FROM runs").fetchone()
+        finally:
+            con.close()
+    except (sqlite3.Error, TraceError):  # unreadable: no finished result (validate says why)
+        return
+    if row is None or row[0] != "complete":
+        return  # an unfinished run is no result: a rerun replaces it, as before
+    recorded, now = read_meta(path, CODE_META_KEY), package_code_digest()
+    if recorded is not None and recorded != now:
+        why = f"made by other Vivarium code ({recorded}; now {now})"
+    elif config.run_id and row[1] != canonical_json(config.identity()):
+        why = "recorded with another config under that run id"
+    else:
+        return
+    raise TraceError(
+        f"{path} holds the finished run {run_id} {why}; rerunning would replace its result with "
+        "a different one: pass overwrite=True (vvm: --overwrite) to replace it, or give "
+        "another path"
     )
 
 
@@ -241,6 +286,7 @@ def build_engine(
     )
     if trace_db is not None:
         record_llm_settings(trace_db, llm_settings(c))  # how calls are made, for a resume
+        _record_code(trace_db)
     return WorldEngine(
         WorldEngineConfig(
             run_id=run_id,
@@ -261,6 +307,13 @@ def build_engine(
         checkpoint_every=c.checkpoint_every,
         agent_seeds=recorded_seeds(shared["plan"]),
     )
+
+
+def _record_code(trace: TraceDb) -> None:
+    """Record which package code makes the run (``package_code_digest``), outside its id."""
+    from vivarium.build import CODE_META_KEY, package_code_digest
+
+    trace.set_meta(CODE_META_KEY, package_code_digest())
 
 
 def _policy_names(config: ExperimentConfig, plan: list[Any] | None = None) -> str:
@@ -359,10 +412,12 @@ def run_experiment(
     trace: TraceDb | None = None
     bar = None
     shared: dict[str, Any] = {}
+    interrupted = False
     try:
         engine = build_engine(config, None, shared)
         trace = TraceDb(path, deterministic_timestamps=config.deterministic_timestamps)
         record_llm_settings(trace, llm_settings(config))
+        _record_code(trace)
         engine.trace_db = trace
         if on_start is not None:
             on_start(engine)
@@ -371,13 +426,35 @@ def run_experiment(
         _drive(engine, config, config.steps, bar, on_step)
     except RunInterrupted as exc:
         raise interrupted_error(exc, config.resolved_run_id(), path) from None
+    except KeyboardInterrupt:
+        interrupted = True  # perhaps before the run was recorded: see _close_trace
+        raise
     finally:
         if bar is not None:
             bar.close()
         _close_gateway(shared)
         if trace is not None:
-            trace.close()
+            _close_trace(trace, drop_if_empty=interrupted)
     return warn_if_unhealthy(open_run(path), stacklevel=stacklevel + 1)
+
+
+def _close_trace(trace: TraceDb, *, drop_if_empty: bool = False) -> None:
+    """Close a trace with signals held (every queued write committed, the file released).
+
+    A Ctrl-C that came before the run record was written (a trace just created, with no run
+    in it) removes the file: what is left is no result at all, never a trace that looks like
+    one that stopped.
+    """
+    from vivarium.engine.interrupts import interrupts_deferred
+    from vivarium.trace.db import recorded_run_id
+
+    with interrupts_deferred():
+        trace.close()
+        if drop_if_empty:
+            with contextlib.suppress(OSError, TraceError):
+                if recorded_run_id(trace.path) is None:
+                    for suffix in ("", "-wal", "-shm", "-journal"):
+                        Path(f"{trace.path}{suffix}").unlink(missing_ok=True)
 
 
 def resume_run(
@@ -410,7 +487,8 @@ def resume_run(
 
     Raises:
         RunInterrupted: The LLM infrastructure stopped the run again.
-        ConfigError: ``llm`` does not apply, or an agent folder changed or is not found.
+        ConfigError: ``llm`` does not apply, an agent folder changed or is not found, or
+            the code of a registered world or policy changed.
         TraceError: The trace or its checkpoints cannot be read.
     """
     from vivarium.trace.db import TraceDb
@@ -421,6 +499,7 @@ def resume_run(
     if is_complete(run):
         return run
     config = _anchor_agent_folders(p, _resume_config(p, meta, llm))
+    _check_registered_code(p, config)
     autonomous = config.mode == "autonomous"
     # An autonomous run has no checkpoints (its agents' wake-ups and rate windows are not
     # saved): it is redone from the start, which on the virtual clock gives the same rows.
@@ -452,7 +531,7 @@ def resume_run(
         if bar is not None:
             bar.close()
         _close_gateway(shared)
-        trace.close()
+        _close_trace(trace)
     return warn_if_unhealthy(open_run(p), stacklevel=stacklevel + 1)
 
 
@@ -502,6 +581,27 @@ def _anchor_agent_folders(trace: Path, config: ExperimentConfig) -> ExperimentCo
     )
 
 
+def _check_registered_code(trace: Path, config: ExperimentConfig) -> None:
+    """Refuse, in one line, a resume whose code is not the code that made the run.
+
+    A run of a registered factory records its code's digest (``code_digests``), and every run
+    the digest of the package's worlds and policies (``CODE_META_KEY``); going on with other
+    code would give steps of two different policies in one trace, under one run id.
+    """
+    from vivarium.build import CODE_META_KEY, changed_code, package_code_digest
+    from vivarium.trace.db import read_meta
+
+    what = changed_code(config.code_digests, config)
+    recorded = read_meta(trace, CODE_META_KEY)
+    if what is None and recorded is not None and recorded != package_code_digest():
+        what = f"Vivarium's worlds and policies code ({recorded}; now {package_code_digest()})"
+    if what is not None:
+        raise ConfigError(
+            f"{trace}: {what} has changed since the run was recorded; resuming would not "
+            "reproduce it (restore its code, or start a new run)"
+        )
+
+
 def _resume_config(p: Path, meta: dict[str, Any], llm: dict[str, Any] | None) -> ExperimentConfig:
     """The recorded config, with the recorded LLM settings and then ``llm`` on top."""
     data = {**meta["config"], "run_id": meta["run_id"], "db": str(p)}
@@ -530,12 +630,26 @@ def interrupted_error(exc: RunInterrupted, run_id: str, path: Path) -> RunInterr
     Returns:
         A ``RunInterrupted`` saying what stopped, where the trace is, and how to go on.
     """
-    kept = f"steps 0-{exc.step - 1} are kept in {path}" if exc.step else f"the trace is {path}"
     message = (
-        f"run {run_id} interrupted: {exc.reason}; {kept}; once the server is back, resume with "
+        f"run {run_id} interrupted: {exc.reason}; {kept_steps(exc.step, path)}; "
+        f"{when_to_resume(exc.reason)}, resume with "
         f"Run.open({str(path)!r}).resume() or `vvm resume {path}`"
     )
     return RunInterrupted(message, step=exc.step, reason=exc.reason, run_id=run_id, path=str(path))
+
+
+def kept_steps(step: int | None, path: str | os.PathLike[str]) -> str:
+    """What an interrupted run kept: ``steps 0-4 are kept in PATH`` (``step``: the one it stopped)."""
+    if not step:
+        return f"the trace is {path}"
+    return f"step 0 is kept in {path}" if step == 1 else f"steps 0-{step - 1} are kept in {path}"
+
+
+def when_to_resume(reason: str) -> str:
+    """When resuming an interrupted run can work: a wrong URL or model is not a server outage."""
+    if "NotFoundError" in reason:  # no server coming back fixes a wrong path or model name
+        return "once the URL (or model) is right (`--api-base` on resume)"
+    return "once the server is back"
 
 
 def health_warning(run: RunResult) -> str | None:

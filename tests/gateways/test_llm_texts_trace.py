@@ -73,7 +73,8 @@ def test_every_prompt_and_reply_is_stored_as_exchanged(transport: str, tmp_path:
     # Each row's text is its own call's: the prompt names the agent and step of the row.
     for _, row in exchanges.iterrows():
         system, user = row["request"]["messages"][:2]
-        assert f"You are {row['agent_id']}," in system["content"]
+        assert "agent_" not in system["content"]  # shared by all: cached once by a server
+        assert f"You are {row['agent_id']}." in user["content"]
         assert f"Current step: {row['step']}." in user["content"]
 
 
@@ -88,7 +89,7 @@ def test_shared_texts_are_stored_once(tmp_path: Path) -> None:
         texts.add(canonical_json(body["tools"]))
         texts.add(reply)
     systems = {canonical_json(b["messages"][0]) for b in server.requests}
-    assert len(systems) == AGENTS  # one system prompt per agent, sent at every step
+    assert len(systems) == 1  # one system prompt for all agents, sent at every step
     with sqlite3.connect(path) as con:
         assert con.execute("SELECT count(*) FROM llm_texts").fetchone()[0] == len(texts)
         bodies = [b for (b,) in con.execute("SELECT body FROM llm_texts")]
@@ -113,7 +114,7 @@ def test_exchanges_of_one_agent_and_step(tmp_path: Path) -> None:
     sent = [
         b
         for b in server.requests
-        if "You are agent_001," in b["messages"][0]["content"]
+        if "You are agent_001." in b["messages"][1]["content"]
         and "Current step: 2." in b["messages"][1]["content"]
     ]
     assert [request] == sent

@@ -210,6 +210,10 @@ def test_every_server_dead_stops_the_run_as_an_outage(tmp_path: Path, transport:
             "llm: api_base: http://a:1/v1/ is listed twice",
         ),
         ("ftp://a/v1", "llm: api_base: 'ftp://a/v1' is not an http:// or https:// URL with a host"),
+        (["http://a:1/v1", None], "llm: api_base: entry 2 is empty"),  # YAML's "- " or "- null"
+        ([None], "llm: api_base: entry 1 is empty"),
+        (["http://a:1/v1", 8000], "llm: api_base: entry 2 is 8000, not a URL"),
+        (8000, "llm: api_base: give a URL or a list of URLs, not 8000"),
     ],
 )
 def test_bad_server_lists_are_one_line_errors(value: Any, message: str) -> None:
@@ -219,6 +223,17 @@ def test_bad_server_lists_are_one_line_errors(value: Any, message: str) -> None:
     with pytest.raises(ConfigError) as info:  # the same from an experiment's llm section
         make_config(ExperimentConfig, {"llm": {"model": MODEL, "api_base": value}})
     assert str(info.value) == "config: " + message.replace("llm: ", "llm.")
+
+
+def test_an_empty_entry_in_a_yaml_server_list_is_one_plain_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "policy: cognitive\nllm:\n  model: openai/fake\n  api_base:\n"
+        "    - http://10.0.0.1:8000/v1\n    -\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: llm.api_base: entry 2 is empty"
 
 
 def test_server_lists_from_python_yaml_and_a_comma_separated_string(tmp_path: Path) -> None:

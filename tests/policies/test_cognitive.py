@@ -28,9 +28,10 @@ from vivarium.policies.cognitive import (
     SimpleCognitivePolicy,
     default_cognitive_policy,
 )
-from vivarium.policies.prompting import build_messages, tool_specs_for
+from vivarium.policies.prompting import JSON_HINT, build_messages, tool_specs_for
 from vivarium.seeding import derive_seed
 from vivarium.worlds.channel import CHANNEL_ACTIONS, InMemoryChannel
+from vivarium.worlds.ecology import ECOLOGY_ACTIONS
 
 Reply = LLMResponse | Exception | Callable[[LLMRequest], LLMResponse]
 
@@ -282,9 +283,14 @@ def test_requests_are_deterministic() -> None:
 # -- the prompt --------------------------------------------------------------------------------
 def test_prompt_lists_messages_tools_and_step() -> None:
     system, user = build_messages(OBS, agent_id="agent_001")
-    assert system["role"] == "system" and "agent_001" in system["content"]
+    assert system["role"] == "system" and "agent_" not in system["content"]
     assert "exactly one" in system["content"]
     text = user["content"]
+    # The shared part first (tools, step, messages), then the agent's own part, then the ask.
+    assert text.index("Available tools:") < text.index("Current step: 3.")
+    assert text.index("agent_002: hi there") < text.index("You are agent_001.")
+    assert text.rstrip().endswith(JSON_HINT)
+    assert text.index("You are agent_001.") < text.index("Call exactly one tool.")
     assert "[t=1] agent_000: hello\n[t=2] agent_002: hi there" in text
     assert "Current step: 3." in text
     assert "- post_message(content): Post a message that every agent will see." in text
@@ -292,6 +298,31 @@ def test_prompt_lists_messages_tools_and_step() -> None:
     assert "- noop(): Do nothing this step." in text
     assert text.index("agent_000") < text.index("agent_002")
     assert build_messages(OBS, agent_id="agent_001") == [system, user]
+
+
+def test_agents_of_one_step_share_their_requests_up_to_their_names() -> None:
+    """A server's prompt cache serves the shared start once: the system prompt, the tools, the
+    step and the messages are the same for every agent; the name comes after them."""
+    one = build_messages(OBS, agent_id="agent_001")
+    other = build_messages(OBS, agent_id="agent_002")
+    assert one[0] == other[0]
+    text, other_text = one[1]["content"], other[1]["content"]
+    shared = text[: text.index("You are agent_001.")]
+    assert other_text.startswith(shared + "You are agent_002.")
+    assert len(shared) > len(text) / 2  # most of the prompt is the shared part
+
+
+def test_a_world_prompt_shows_the_artifacts_before_the_name_and_the_balances_after() -> None:
+    obs = {
+        "time_step": 4,
+        "agent_id": "alpha",
+        "balance": 12,
+        "artifacts": [{"id": "calculator", "owner": "world", "kind": "executable"}],
+        "tools": ["noop"],
+    }
+    text = build_messages(obs, registry=ECOLOGY_ACTIONS)[1]["content"]
+    name = text.index("You are alpha.")
+    assert text.index("calculator") < name < text.index("12")
 
 
 def test_prompt_without_messages_and_custom_system_prompt() -> None:

@@ -38,11 +38,11 @@ def latency_by_agent(slow: dict[str, float]) -> Any:
     """A mock latency (ms) per request: the named agents' calls are slow, the others vary."""
 
     def latency(request: LLMRequest) -> float:
-        system = str(request.messages[0].get("content"))
+        user = str(request.messages[-1].get("content"))
         for agent, ms in slow.items():
-            if f"You are {agent}," in system:
+            if f"You are {agent}." in user:
                 return ms
-        return float(len(system) % 7)  # out-of-order finishes
+        return float(len(user) % 7)  # out-of-order finishes
 
     return latency
 
@@ -306,7 +306,7 @@ def test_a_call_that_raises_a_cancellation_fails_its_decision_at_once() -> None:
 
     class Gateway(MockLLMGateway):
         async def achat(self, **request: Any) -> Any:
-            if "You are agent_a," in str(request["messages"][0]["content"]):
+            if "You are agent_a." in str(request["messages"][-1]["content"]):
                 raise asyncio.CancelledError
             await asyncio.sleep(1.0)
             return await super().achat(**request)

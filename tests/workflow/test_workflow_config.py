@@ -33,7 +33,10 @@ def test_example_agents_load(name: str, monkeypatch: pytest.MonkeyPatch) -> None
     assert isinstance(spec, AgentSpec)
     assert spec.id == name
     assert spec.folder == f"data/agents/{name}"
-    assert spec.system_prompt.startswith("You are {agent_id}")
+    # No agent id in the system prompt: every agent's requests begin alike (prompt caching);
+    # the step prompts name the agent.
+    assert spec.system_prompt.startswith("You are a") and "{agent_id}" not in spec.system_prompt
+    assert all("{agent_id}" in s.prompt for s in spec.workflow.steps if s.type == "llm")
     assert spec.workflow.start == spec.workflow.states[0] == SINGLE_STATE
     kinds = {s.type for s in spec.workflow.steps}
     assert kinds == {"code", "llm"}

@@ -33,6 +33,7 @@ from vivarium.engine.deciding import (
     Decision,
     older_objects_frozen,
 )
+from vivarium.engine.interrupts import interrupts_deferred
 from vivarium.engine.lean import lean_eligible, step_lean
 from vivarium.engine.reporters import REPORTERS_META_KEY, Reporters, check_resumed
 from vivarium.errors import ConfigError, RunInterrupted
@@ -403,16 +404,17 @@ class WorldEngine:
             vivarium_version=_version(),
             config=self.config.model_dump(),
         )
-        if self.reporters is not None:  # their names; the callables stay out of the config
-            self.trace_db.set_meta(REPORTERS_META_KEY, canonical_json(self.reporters.names()))
-        self.trace_db.begin_run(
-            meta,
-            [
-                (i, aid, policy_name(p), self._recorded_seed(aid, p))
-                for i, (aid, p) in enumerate(zip(self.agent_ids, self.policies, strict=True))
-            ],
-        )
-        self._run_started = True
+        agents = [
+            (i, aid, policy_name(p), self._recorded_seed(aid, p))
+            for i, (aid, p) in enumerate(zip(self.agent_ids, self.policies, strict=True))
+        ]
+        # Recorded whole or not at all: a Ctrl-C here waits until the run record is committed
+        # (then stops the run, which records that it was interrupted).
+        with interrupts_deferred():
+            if self.reporters is not None:  # their names; the callables stay out of the config
+                self.trace_db.set_meta(REPORTERS_META_KEY, canonical_json(self.reporters.names()))
+            self.trace_db.begin_run(meta, agents)
+            self._run_started = True
 
     def _recorded_seed(self, agent_id: str, policy: object) -> str | None:
         seed = self.agent_seeds.get(agent_id)
@@ -528,8 +530,9 @@ class WorldEngine:
         if not _is_count(steps):
             # Refused before anything is recorded: run(-1) must not leave a "complete" run.
             raise ConfigError(f"steps: {steps!r} is not a number of steps (0 or more)")
-        self._ensure_run_recorded(self.next_step + steps)
         with self._finishing(finish), older_objects_frozen(self.decider.any_async):
+            # Inside: a Ctrl-C just after the run record is committed still records its end.
+            self._ensure_run_recorded(self.next_step + steps)
             for _ in range(steps):
                 record = self.step()
                 if progress is not None:
@@ -544,36 +547,57 @@ class WorldEngine:
         """Let agents act on their own clocks for ``config.duration`` (see engine.autonomous)."""
         from vivarium.engine.autonomous import run_autonomous
 
-        self._ensure_run_recorded(0)
         with (
             self._finishing(finish, autonomous=True),
             older_objects_frozen(self.decider.any_async),
         ):
+            self._ensure_run_recorded(0)
             run_autonomous(self, config, progress=progress)
         return self.state_hash
 
     @contextlib.contextmanager
     def _finishing(self, finish: bool, autonomous: bool = False) -> Iterator[None]:
-        """Record how the run ended (complete, failed, interrupted), whatever happens."""
+        """Record how the run ended (complete, failed, interrupted), whatever happens.
+
+        The end is recorded and committed with signals held (``interrupts_deferred``): a
+        Ctrl-C or SIGTERM that comes meanwhile (a second one, say) cannot cut it off and
+        leave the trace ``running``.
+        """
         status, error = "complete", None
+        recorded: list[bool] = []
         try:
             yield
         except BaseException as exc:
             status, error = "failed", f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, KeyboardInterrupt):
-                status = "interrupted"
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (engine.interrupts)
+                status, error = "interrupted", f"KeyboardInterrupt: {exc}"
             elif isinstance(exc, RunInterrupted):
                 # The LLM infrastructure failed: the step was not committed; resume redoes it.
                 status, error = "interrupted", exc.reason
             raise
         finally:
+            try:
+                with interrupts_deferred():
+                    self._record_end(status, error, finish, autonomous)
+                    recorded.append(True)
+            except KeyboardInterrupt:
+                if not recorded:  # the signal came before the block above took hold
+                    with interrupts_deferred():
+                        self._record_end(status, error, finish, autonomous)
+                raise
+
+    def _record_end(self, status: str, error: str | None, finish: bool, autonomous: bool) -> None:
+        """Write the run's status and wait until it is committed (see ``_finishing``)."""
+        try:
             if self._batch is not None:
                 self._batch.sync_policies()
+        finally:
             if self.trace_db is not None and finish:
                 try:
                     self.trace_db.finish_run(
                         status, error, steps=self.next_step if autonomous else None
                     )
+                    self.trace_db.flush()
                 except Exception:
                     if status == "complete":
                         raise

@@ -73,7 +73,12 @@ def _plain(value: Any) -> Any:
 
 
 def wire_reply(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The reply dict of a chat completion's JSON (``choices[0]``), as the server sent it."""
+    """The reply dict of a chat completion's JSON (``choices[0]``), as the server sent it.
+
+    With ``cached_tokens`` when the server said it served part of the prompt from its prompt
+    cache (``usage.prompt_tokens_details.cached_tokens``, the OpenAI field llama.cpp's and
+    vLLM's servers fill too): how much of a shared prompt start the server reused, per call.
+    """
     choices = raw.get("choices") or []
     choice = _plain(choices[0]) if choices else {}
     choice = choice if isinstance(choice, Mapping) else {}
@@ -82,11 +87,26 @@ def wire_reply(raw: Mapping[str, Any]) -> dict[str, Any]:
     calls = message.get("tool_calls")
     tool_calls = [_wire_call(_plain(c)) for c in calls] if calls else None
     finish = choice.get("finish_reason")
-    return {
+    reply = {
         "content": message.get("content"),
         "tool_calls": tool_calls,
         "finish_reason": None if finish is None else str(finish),
     }
+    if cached := cached_tokens(raw):
+        reply["cached_tokens"] = cached
+    return reply
+
+
+def cached_tokens(raw: Mapping[str, Any]) -> int:
+    """The prompt tokens a reply says came from the server's cache (0: none, or not said).
+
+    A zero is not kept apart from a missing field: litellm fills the field with 0 or None for
+    providers that never send it.
+    """
+    usage = _plain(raw.get("usage"))
+    details = _plain(usage.get("prompt_tokens_details")) if isinstance(usage, Mapping) else None
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return cached if type(cached) is int and cached > 0 else 0
 
 
 def _wire_call(call: Any) -> Any:

@@ -25,6 +25,10 @@ raw reply, so it never reaches a trace, a cassette or a log.
 Each attempt's record carries the body the server received (``exchange``): direct calls post
 exactly that dict; through litellm it is the body litellm handed its client, caught with a
 ``logger_fn`` just before the request goes out. A failed attempt keeps the server's error body.
+
+With ``forced_tool_format="json_schema"`` a request that forces a tool goes out as a JSON
+schema of the tool's parameters instead, and its reply comes back as a call of the tool
+(``forced_schema``: for servers whose chat template cannot call tools); either transport.
 """
 
 from __future__ import annotations
@@ -59,6 +63,12 @@ from vivarium.gateways.base import (
     record_call,
 )
 from vivarium.gateways.exchange import error_reply, request_body, sent_body
+from vivarium.gateways.forced_schema import (
+    FORCED_TOOL_FORMATS,
+    as_tool_call,
+    forced_function,
+    schema_body,
+)
 from vivarium.gateways.openai_http import (
     WireError,
     WireReply,
@@ -70,7 +80,7 @@ from vivarium.gateways.openai_http import (
     post,
     wire_model,
 )
-from vivarium.gateways.servers import DEFAULT_COOLDOWN_S, ServerPool
+from vivarium.gateways.servers import DEFAULT_COOLDOWN_S, ServerPool, not_found_hint
 from vivarium.optional import available, require
 
 LOCAL_API_KEY = "sk-local"
@@ -290,6 +300,7 @@ class LiteLLMGateway(GatewayBase):
         extra: dict[str, Any] | None = None,
         transport: str = "auto",
         cooldown: float = DEFAULT_COOLDOWN_S,
+        forced_tool_format: str = "tool_choice",
     ) -> None:
         """Say where calls go and how.
 
@@ -311,12 +322,22 @@ class LiteLLMGateway(GatewayBase):
                 ignore proxy settings).
             cooldown: Seconds a server that failed is tried only after the others (several
                 servers only).
+            forced_tool_format: How a request that forces a tool is sent: ``"tool_choice"``
+                as it is; ``"json_schema"`` without tools, its reply constrained to the
+                tool's parameters and read back as a call of the tool (``forced_schema``:
+                for servers whose chat template cannot call tools).
 
         Raises:
-            ValueError: An unknown transport, or an empty list of servers.
+            ValueError: An unknown transport or forced tool format, or an empty list of
+                servers.
         """
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+        if forced_tool_format not in FORCED_TOOL_FORMATS:
+            raise ValueError(
+                f"forced_tool_format must be one of {', '.join(FORCED_TOOL_FORMATS)}, "
+                f"not {forced_tool_format!r}"
+            )
         bases = (api_base,) if isinstance(api_base, str) else tuple(api_base or ())
         if api_base is not None and not bases:
             raise ValueError("api_base: give at least one server URL")
@@ -338,6 +359,7 @@ class LiteLLMGateway(GatewayBase):
         self.custom_llm_provider = custom_llm_provider
         self.extra = dict(extra or {})
         self.transport = transport
+        self.forced_tool_format = forced_tool_format
 
     def __repr__(self) -> str:
         """Where calls go, with the key hidden."""
@@ -379,9 +401,14 @@ class LiteLLMGateway(GatewayBase):
         key = self._api_key.get()
         return ([key] if key else []) + _env_secrets()
 
+    def _wire_body(self, request: LLMRequest, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as it goes over the wire: a forced tool as a JSON schema, if so configured."""
+        function = forced_function(request, self.forced_tool_format)
+        return body if function is None else schema_body(body, function)
+
     def _kwargs(self, request: LLMRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(self.extra)
-        kwargs.update(request_body(request))
+        kwargs.update(self._wire_body(request, request_body(request)))
         if self.api_base is not None:
             kwargs["api_base"] = self.api_base
         if self._api_key.get() is not None:
@@ -416,7 +443,8 @@ class LiteLLMGateway(GatewayBase):
         """
         url = chat_url(self.api_base or os.environ.get("OPENAI_BASE_URL") or OPENAI_API_BASE)
         key = self._api_key.get() or os.environ.get("OPENAI_API_KEY")
-        sent = request_body(request, model, self.extra if self.transport == "direct" else None)
+        extra = self.extra if self.transport == "direct" else None
+        sent = self._wire_body(request, request_body(request, model, extra))
         body = encode_body(sent)
         headers, timeout, secrets = headers_for(key), self.timeout, (key,) if key else ()
         if (pool := self._pool) is not None:  # several servers: least busy, with failover
@@ -439,6 +467,10 @@ class LiteLLMGateway(GatewayBase):
 
         Args:
             models: The models the run will call.
+
+        Raises:
+            ConfigError: A model names no provider litellm knows (``fake`` for
+                ``openai/fake``), or litellm's Router over the servers cannot be built.
         """
         for model in models:
             self._prepare_model(model)
@@ -459,6 +491,8 @@ class LiteLLMGateway(GatewayBase):
                 except LLMCallError:  # not installed: litellm calls say so; cost unknown
                     self._unpriced.add(model)
                 else:
+                    if not direct:
+                        self._check_provider(model)
                     if not direct and len(self.api_bases) > 1:
                         self._routers[model] = self._make_router(model, self.api_bases)
                     if not direct and wire_model(model, self.custom_llm_provider) is not None:
@@ -468,6 +502,29 @@ class LiteLLMGateway(GatewayBase):
             if direct:
                 _aiohttp_available()  # imports aiohttp (~0.5 s) now, not in the first call
             self._prepared.add(model)
+
+    def _check_provider(self, model: str) -> None:
+        """Fail now, in one line, when litellm cannot tell which provider serves ``model``.
+
+        ``fake`` instead of ``openai/fake``: otherwise each call would fail as a bad request,
+        recorded as the agent's fallback, or litellm's Router would not build.
+
+        Raises:
+            ConfigError: litellm knows no provider for ``model``.
+        """
+        try:
+            _litellm.get_llm_provider(
+                model, custom_llm_provider=self.custom_llm_provider, api_base=self.api_base
+            )
+        except Exception:
+            hint = (
+                f"for an OpenAI-compatible server at api_base, 'openai/{model}'"
+                if self.api_base is not None
+                else "e.g. 'openai/gpt-4o-mini'"
+            )
+            raise ConfigError(
+                f"llm.model {model!r} names no provider litellm knows: prefix it with one ({hint})"
+            ) from None
 
     def _warm_up(self, model: str) -> None:
         """One blocking and one async call through litellm to a throwaway local server.
@@ -510,15 +567,21 @@ class LiteLLMGateway(GatewayBase):
         deployments = [
             {"model_name": model, "litellm_params": {**params, "api_base": base}} for base in bases
         ]
-        return _litellm.Router(
-            model_list=deployments,
-            routing_strategy="least-busy",
-            num_retries=len(bases) - 1,
-            allowed_fails=0,
-            cooldown_time=self.cooldown,
-            retry_after=0,
-            timeout=self.timeout,
-        )
+        try:
+            return _litellm.Router(
+                model_list=deployments,
+                routing_strategy="least-busy",
+                num_retries=len(bases) - 1,
+                allowed_fails=0,
+                cooldown_time=self.cooldown,
+                retry_after=0,
+                timeout=self.timeout,
+            )
+        except Exception as exc:  # litellm's own error: a traceback says nothing more
+            detail = squash(scrub(f"{type(exc).__name__}: {exc}", self._secrets()), 300)
+            raise ConfigError(
+                f"cannot spread {model!r} over {len(bases)} servers with litellm's Router: {detail}"
+            ) from None
 
     def _router_for(self, model: str) -> Any:
         """The Router for ``model`` (built by ``prepare``; built now if it was not)."""
@@ -538,7 +601,18 @@ class LiteLLMGateway(GatewayBase):
         flight while litellm is imported.
         """
         if model not in self._prepared:
-            await asyncio.to_thread(self._prepare_model, model)
+            await asyncio.to_thread(self._prepare_for_call, model)
+
+    def _prepare_for_call(self, model: str) -> None:
+        """``_prepare_model`` for a call: a configuration error stops the run, as a call error.
+
+        Raises:
+            LLMCallError: Of kind ``config`` (the model names no provider, ...).
+        """
+        try:
+            self._prepare_model(model)
+        except ConfigError as exc:
+            raise LLMCallError(str(exc), kind="config") from None
 
     def _price(self, reply_model: str, model: str, prompt: int, completion: int) -> float | None:
         """Cost from litellm's price map; None (unknown, not zero) for unpriced models.
@@ -598,7 +672,7 @@ class LiteLLMGateway(GatewayBase):
 
         content = _get(message, "content")
         finish = _get(choice, "finish_reason")
-        return LLMResponse(
+        response = LLMResponse(
             content=content if isinstance(content, str) else None,
             tool_calls=tool_calls,
             finish_reason=None if finish is None else str(finish),
@@ -609,6 +683,10 @@ class LiteLLMGateway(GatewayBase):
             request_hash=request.request_hash(),
             raw=self._raw(reply),
         )
+        function = forced_function(request, self.forced_tool_format)
+        if function is not None:  # sent as a JSON schema: the content is the call's arguments
+            return as_tool_call(response, function["name"], parse_arguments)
+        return response
 
     def _raw(self, reply: Any) -> dict[str, Any] | None:
         if isinstance(reply, WireReply):  # plain JSON, scrubbed on arrival
@@ -643,6 +721,9 @@ class LiteLLMGateway(GatewayBase):
             )
         )
         retry_after = _retry_after(exc) if kind == "rate_limit" else None
+        if kind == "not_found":  # the user's error names the server (the record never does)
+            servers = (exc.servers if isinstance(exc, WireError) else ()) or self.api_bases
+            text = f"{text} {not_found_hint(servers)}"
         return LLMCallError(
             text, kind=kind, retryable=retryable, status_code=status, retry_after=retry_after
         )
@@ -656,16 +737,16 @@ class LiteLLMGateway(GatewayBase):
 
         Raises:
             ConfigError: Nothing accepts a connection at ``api_base`` (at any of them).
+
+        Warns:
+            ServerWarning: A server of several accepts no connection (once per server).
         """
-        reasons = []
-        for index, base in enumerate(self.api_bases):
-            reason = self._unreachable(base)
-            if reason is None:
-                continue
-            reasons.append(f"{base} ({reason})")
-            if self._pool is not None:
-                self._pool.cool(index)
+        found = [(i, base, self._unreachable(base)) for i, base in enumerate(self.api_bases)]
+        reasons = [f"{base} ({reason})" for _, base, reason in found if reason is not None]
         if not reasons or len(reasons) < len(self.api_bases):
+            for index, _, reason in found:
+                if reason is not None and self._pool is not None:
+                    self._pool.cool(index, reason)  # said once (a ServerWarning), then cooled
             return
         if len(reasons) == 1:
             raise ConfigError(f"cannot reach the LLM server at {reasons[0]}: is it running?")
@@ -711,7 +792,9 @@ class LiteLLMGateway(GatewayBase):
 
         kwargs["logger_fn"] = catch
         # Failing before litellm built its body, the call sent nothing: the request as asked.
-        asked = request_body(request, wire_model(request.model, self.custom_llm_provider))
+        asked = self._wire_body(
+            request, request_body(request, wire_model(request.model, self.custom_llm_provider))
+        )
 
         def sent() -> dict[str, Any]:
             found = next((c for c in reversed(caught) if isinstance(c, dict)), None)
@@ -734,7 +817,7 @@ class LiteLLMGateway(GatewayBase):
         Raises:
             LLMCallError: The attempt failed (classified, scrubbed of secrets, on record).
         """
-        self._prepare_model(request.model)
+        self._prepare_for_call(request.model)
         send, _, sent = self._sender(request)
         attempt = current_attempt()
         started = time.perf_counter()

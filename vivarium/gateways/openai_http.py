@@ -51,7 +51,8 @@ class WireError(Exception):
 
     ``kind`` and ``retryable`` are as the gateway's ``classify`` gives them, ``description``
     the text a call record shows, ``body`` the server's error body (secrets scrubbed) when it
-    sent one.
+    sent one. ``servers``: the servers that failed so, when a pool of several says which (for
+    the error a user reads; never in a record).
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class WireError(Exception):
         self.retryable = retryable
         self.status_code = status_code
         self.headers = {k.lower(): v for k, v in (headers or {}).items()}
+        self.servers: tuple[str, ...] = ()
 
 
 def wire_model(model: str, custom_llm_provider: str | None = None) -> str | None:

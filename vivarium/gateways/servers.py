@@ -4,8 +4,10 @@ A run that outgrows one server lists several (``api_base: [url, url, ...]``: vLL
 llama.cpp servers on several machines). ``ServerPool`` sends each attempt to the server with
 the fewest calls in flight (ties go to the first listed, so a run against deterministic servers
 sends the same calls to the same servers), and when that server fails the way a server fails
-(``FAILOVER_KINDS``: refused or reset connections, timeouts, 5xx, 429, a reply that is not JSON)
-the attempt moves on to the next server. A server that failed is cooled down for ``cooldown``
+(``FAILOVER_KINDS``: refused or reset connections, timeouts, 5xx, 429, a reply that is not JSON,
+a 404: a wrong path in one URL of the list) the attempt moves on to the next server. An attempt
+cancelled in flight (an agent timeout) counts against its server as a timeout does: a hung
+server is not sent one call of every step. A server that failed is cooled down for ``cooldown``
 seconds, doubled with each failure in a row (a server that hangs costs one call its timeout
 per cooldown, ever more rarely): tried only after every warm one, then, until it answers
 again, as if it had one call more in flight than it has.
@@ -16,21 +18,56 @@ retries an infrastructure failure stops the run). A failure another server made 
 attempt of the agent's: it leaves no call record, so the trace of a run whose server died is
 the trace of a run whose server never did. The server's address is in no record (the request
 text and its hash never name it); ``answered`` and ``failed`` count, per server, what happened.
+The first failure of each server (or finding it unreachable at the start) is said once, as a
+``ServerWarning`` naming it and why: a list with a dead or wrong URL does not go unnoticed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
+from vivarium.errors import squash
 from vivarium.gateways.openai_http import WireError, WireReply, apost, chat_url, post
 
 # Failures that say the server (not the request) is the problem: another server may answer.
 # Refused credentials, unknown models and rejected requests would fail on every server alike.
-FAILOVER_KINDS = frozenset({"connection", "timeout", "server_error", "rate_limit", "bad_response"})
+# A 404 is one server's too: of several URLs, one may lack its ``/v1`` (the others answer).
+FAILOVER_KINDS = frozenset(
+    {"connection", "timeout", "server_error", "rate_limit", "bad_response", "not_found"}
+)
 DEFAULT_COOLDOWN_S = 5.0
 _MAX_DOUBLINGS = 6  # the longest cooldown: 64 times the first (5 s -> 320 s)
+_CANCELLED = "had calls cancelled in flight twice in a row (hung? slower than the agent timeout?)"
+
+
+class ServerWarning(UserWarning):
+    """A server of a list failed, or cannot be reached: the others take its calls meanwhile.
+
+    Said once per server (and pool): the run goes on, but the user should know that fewer
+    servers than listed are doing the work.
+    """
+
+
+def not_found_hint(servers: Sequence[str], *, name: bool = True) -> str:
+    """What a 404 from ``servers`` most likely means: a wrong path.
+
+    A base URL without ``/v1`` is the usual slip (``http://host:8000`` for
+    ``http://host:8000/v1``); with it, the path or the model is wrong.
+
+    Args:
+        servers: The servers that answered 404.
+        name: Name them first (``from <url>: ...``); False when the text names them already.
+    """
+    named = f"from {', '.join(servers)}: " if servers and name else ""
+    short = next((b for b in servers if "/v1" not in urlsplit(b).path), None)
+    if short is not None:
+        return f"({named}a wrong path? does {short.rstrip('/')} need /v1?)"
+    return f"({named}a wrong path, or a model the server does not serve?)"
 
 
 class ServerPool:
@@ -79,6 +116,7 @@ class ServerPool:
         self._failures = [0] * n  # failures in a row: the cooldown doubles with each
         self.answered = [0] * n
         self.failed = [0] * n
+        self._warned = [False] * n  # each server's first failure is said once
 
     def __repr__(self) -> str:
         """The servers and their counts."""
@@ -106,10 +144,31 @@ class ServerPool:
         with self._lock:
             return [until > now for until in self._cool_until]
 
-    def cool(self, index: int) -> None:
-        """Put server ``index`` behind the others for a while (it failed)."""
+    def cool(self, index: int, reason: str | None = None) -> None:
+        """Put server ``index`` behind the others for a while (it failed).
+
+        Args:
+            index: The server.
+            reason: Why, when it is to be said (a ``ServerWarning``, once per server).
+        """
         with self._lock:
             self._failed(index)
+        if reason is not None:
+            self._warn(index, f"cannot be reached ({reason})")
+
+    def _warn(self, index: int, why: str) -> None:
+        """Say, once per server, that ``index`` failed and the others take its calls."""
+        with self._lock:
+            if self._warned[index]:
+                return
+            self._warned[index] = True
+        others = len(self.api_bases) - 1
+        warnings.warn(
+            f"LLM server {self.api_bases[index]} {squash(why, 240)}: its calls go to the "
+            f"other {f'{others} servers' if others > 1 else 'server'} while it cools down",
+            ServerWarning,
+            stacklevel=3,
+        )
 
     def _failed(self, index: int) -> None:
         """Count a failure of ``index`` and cool it down (call with the lock held)."""
@@ -137,23 +196,44 @@ class ServerPool:
                 self._in_flight[best] += 1
         return best
 
-    def _release(self, index: int, outcome: str) -> None:
-        """Count an attempt at ``index`` done: ``answered``, ``failed`` (cooled) or neither."""
+    def _release(self, index: int, outcome: str) -> int:
+        """Count an attempt at ``index`` done: ``answered``, ``failed`` or ``cut`` (cooled).
+
+        ``cut``: cancelled in flight, a failure too. Any other outcome counts neither way.
+
+        Returns:
+            The server's failures in a row now.
+        """
         with self._lock:
             self._in_flight[index] -= 1
-            if outcome == "failed":
+            if outcome in ("failed", "cut"):
                 self.failed[index] += 1
                 self._failed(index)
             elif outcome == "answered":
                 self.answered[index] += 1
                 self._cool_until[index] = 0.0  # it answers: warm again
                 self._failures[index] = 0
+            return self._failures[index]
 
-    def _exhausted(self, last: WireError, tried: int) -> WireError:
-        """The attempt's error once every server failed: the last one's, saying so."""
+    def _failure(self, index: int, exc: WireError) -> WireError:
+        """``exc`` of server ``index``, said once as a warning, and naming its server."""
+        base = self.api_bases[index]
+        hint = f" {not_found_hint((base,), name=False)}" if exc.kind == "not_found" else ""
+        self._warn(index, f"failed: {exc.description}{hint}")
+        exc.servers = (base,)
+        return exc
+
+    def _exhausted(
+        self, last: WireError, tried: int, failed: Sequence[WireError] = ()
+    ) -> WireError:
+        """The attempt's error once every server failed: the last one's, saying so.
+
+        It names the servers that failed as the last one did (``WireError.servers``).
+        """
+        servers = tuple(s for e in failed if e.kind == last.kind for s in e.servers)
         if tried == 1:
             return last
-        return WireError(
+        merged = WireError(
             f"{last.description} (all {tried} servers failed)",
             kind=last.kind,
             retryable=last.retryable,
@@ -161,6 +241,8 @@ class ServerPool:
             headers=last.headers,
             body=last.body,
         )
+        merged.servers = servers or last.servers
+        return merged
 
     # -- attempts ----------------------------------------------------------------------------
     def post(
@@ -173,7 +255,7 @@ class ServerPool:
                 failure when every one failed.
         """
         tried: set[int] = set()
-        last: WireError | None = None
+        failed: list[WireError] = []
         while (index := self._acquire(tried)) is not None:
             tried.add(index)
             outcome = "cancelled"  # until the server says otherwise
@@ -185,22 +267,25 @@ class ServerPool:
                 if exc.kind not in FAILOVER_KINDS:  # the server answered: the request is wrong
                     outcome = "answered"
                     raise
-                outcome, last = "failed", exc
+                outcome = "failed"
+                failed.append(self._failure(index, exc))
             finally:
                 self._release(index, outcome)
-        assert last is not None  # at least one server, each tried once
-        raise self._exhausted(last, len(tried))
+        assert failed  # at least one server, each tried once
+        raise self._exhausted(failed[-1], len(tried), failed)
 
     async def apost(
         self, body: bytes, headers: Mapping[str, str], timeout: float, secrets: Sequence[str] = ()
     ) -> WireReply:
-        """``post`` on the running event loop (a cancelled attempt frees its server).
+        """``post`` on the running event loop.
+
+        An attempt cancelled in flight frees its server and cools it down, as a timeout does.
 
         Raises:
             WireError: As ``post``.
         """
         tried: set[int] = set()
-        last: WireError | None = None
+        failed: list[WireError] = []
         while (index := self._acquire(tried)) is not None:
             tried.add(index)
             outcome = "cancelled"  # until the server says otherwise
@@ -208,12 +293,20 @@ class ServerPool:
                 reply = await apost(self._urls[index], body, headers, timeout, secrets)
                 outcome = "answered"
                 return reply
+            except asyncio.CancelledError:
+                # An agent timeout gave up on it: a hung server, cooled down as a timeout is,
+                # or every step would send it a call to be cancelled again.
+                outcome = "cut"
+                raise
             except WireError as exc:
                 if exc.kind not in FAILOVER_KINDS:  # the server answered: the request is wrong
                     outcome = "answered"
                     raise
-                outcome, last = "failed", exc
+                outcome = "failed"
+                failed.append(self._failure(index, exc))
             finally:
-                self._release(index, outcome)
-        assert last is not None
-        raise self._exhausted(last, len(tried))
+                if self._release(index, outcome) > 1 and outcome == "cut":
+                    # Said only when it happens again: a stopping run cancels healthy calls once.
+                    self._warn(index, _CANCELLED)
+        assert failed
+        raise self._exhausted(failed[-1], len(tried), failed)

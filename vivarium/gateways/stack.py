@@ -46,6 +46,8 @@ class GatewaySettings:
         api_key: The API key (never shown in a repr).
         transport: How ``LiteLLMGateway`` reaches the server (``auto``, ``litellm``,
             ``direct``).
+        forced_tool_format: How ``LiteLLMGateway`` sends a forced tool (``tool_choice``, or
+            ``json_schema`` for servers that cannot call tools: see ``forced_schema``).
         timeout: Seconds one attempt may take.
         retries: Retries after the first attempt (the retry layer).
         backoff: The first wait between attempts, in seconds (doubled after each).
@@ -63,6 +65,7 @@ class GatewaySettings:
     api_base: str | tuple[str, ...] | None = None
     api_key: str | None = dataclasses.field(default=None, repr=False)
     transport: str = "auto"
+    forced_tool_format: str = "tool_choice"
     timeout: float = 60.0
     retries: int = 2
     backoff: float = 0.5
@@ -119,6 +122,7 @@ def build_provider(settings: GatewaySettings, seed: int) -> Gateway:
         api_key=settings.api_key,
         timeout=settings.timeout,
         transport=settings.transport,
+        forced_tool_format=settings.forced_tool_format,
     )
     if not (settings.cache and settings.cache_mode == "auto"):  # auto may need no server at all
         provider.check_reachable()

@@ -12,17 +12,25 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from vivarium.policies.sections import SECTION_SOURCES, prompt_sections
+from vivarium.policies.sections import (
+    OWN_SECTIONS,
+    SECTION_SOURCES,
+    SHARED_SECTIONS,
+    prompt_sections,
+)
 from vivarium.worlds.registry import ActionRegistry
 
+# The system prompts name no agent: every agent's request then begins with the same tokens, which
+# a server's prompt cache serves once for all (the agent's id is in the user message, after what
+# all agents share). A ``{agent_id}`` in a system prompt of one's own is still filled in.
 DEFAULT_SYSTEM_PROMPT = (
-    "You are {agent_id}, one of several agents in a shared message channel. "
+    "You are one of several agents in a shared message channel. "
     "Each step you see the recent messages and act by calling exactly one of the available "
     "tools. Keep your messages short."
 )
 # Worlds richer than the channel (balances, artifacts, ...): the agent is told where it is.
 DEFAULT_WORLD_SYSTEM_PROMPT = (
-    "You are {agent_id}, one of several agents in a shared world. "
+    "You are one of several agents in a shared world. "
     "Each step you see your state and the recent messages, and act by calling exactly one of "
     "the available tools."
 )
@@ -137,14 +145,16 @@ def section_blocks(
     observation: Mapping[str, Any],
     memories: Sequence[Mapping[str, Any]] | None = None,
     working_memory_bytes: int = 2000,
-) -> list[str]:
-    """The non-empty prompt sections of a world observation, in the agent ecology's order."""
+) -> tuple[list[str], list[str]]:
+    """The non-empty prompt sections of a world observation: (shown to all, the agent's own).
+
+    Each part in the agent ecology's order (``SHARED_SECTIONS``, ``OWN_SECTIONS``).
+    """
     sections = prompt_sections(
         observation, memories=memories, working_memory_bytes=working_memory_bytes
     )
-    names = ("balances", "quotas", "available_artifacts", "recent_events", "relevant_memories")
-    names += ("working_memory", "last_action", "recent_failures")
-    return [sections[n] for n in names if sections[n]]
+    shared = [sections[n] for n in SHARED_SECTIONS if sections[n]]
+    return shared, [sections[n] for n in OWN_SECTIONS if sections[n]]
 
 
 def user_prompt(
@@ -156,8 +166,14 @@ def user_prompt(
     forced: str | None = None,
     memories: Sequence[Mapping[str, Any]] | None = None,
     working_memory_bytes: int = 2000,
+    agent_id: str | None = None,
 ) -> str:
-    """Step, what the agent sees, and tools, one item a line.
+    """The tools, the step, what the agent sees, who it is and what to do, one item a line.
+
+    Laid out for a server's prompt cache: what all agents are shown comes first (the tools, the
+    step, the recent messages or the artifacts), the agent's own part last (``You are <id>.``,
+    its balances, memories and state, the instruction), so requests of one step share
+    everything up to the agent's name.
 
     A world observation (balances, artifacts, ...) is shown as the prompt sections the workflow
     policy uses too (``vivarium.policies.sections``), with ``memories`` (retrieved by the
@@ -165,10 +181,18 @@ def user_prompt(
     its recent messages, oldest first.
     """
     registry = registry or default_registry()
-    lines = [f"Current step: {observation.get('time_step')}."]
+    lines: list[str] = []
+    if not forced:  # a forced tool is named in the instruction at the end instead
+        lines.append("Available tools:")
+        lines += [describe_tool(n, registry) for n in tools] if tools else ["(none)"]
+    lines.append(f"Current step: {observation.get('time_step')}.")
+    own: list[str] = []
     if uses_sections(observation):
-        for block in section_blocks(observation, memories, working_memory_bytes):
+        shared, own_blocks = section_blocks(observation, memories, working_memory_bytes)
+        for block in shared:
             lines += [block, ""]
+        for block in own_blocks:
+            own += [block, ""]
         rest = {k: v for k, v in observation.items() if k not in SECTION_SOURCES}
         state = world_state_lines(rest)
     else:
@@ -176,6 +200,10 @@ def user_prompt(
         messages = observation.get("messages") or []
         lines += [format_message(m) for m in messages] if messages else ["(no messages yet)"]
         state = world_state_lines(observation)
+    agent = agent_id if agent_id is not None else observation.get("agent_id")
+    if agent:
+        lines.append(f"You are {agent}.")
+    lines += own
     if state:
         lines += ["Your state:", *state]
     if forced:
@@ -183,8 +211,6 @@ def user_prompt(
         # models, which then write about tools instead of acting.
         lines.append(f"Respond with {describe_tool(forced, registry).removeprefix('- ')}")
         return "\n".join(lines)
-    lines.append("Available tools:")
-    lines += [describe_tool(n, registry) for n in tools] if tools else ["(none)"]
     lines.append("Call exactly one tool.")
     if json_hint and tools:
         lines.append(JSON_HINT)
@@ -224,6 +250,7 @@ def build_messages(
                 forced=forced,
                 memories=memories,
                 working_memory_bytes=working_memory_bytes,
+                agent_id=agent,
             ),
         },
     ]

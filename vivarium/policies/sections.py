@@ -33,6 +33,10 @@ SECTION_NAMES = (
     "last_action",
     "recent_failures",
 )
+# After the header: the sections every agent of a step is shown alike, then the agent's own
+# (its recent events include its own actions); a prompt shows them in this order.
+SHARED_SECTIONS = ("available_artifacts",)
+OWN_SECTIONS = tuple(n for n in SECTION_NAMES[2:] if n not in SHARED_SECTIONS)
 # The observation keys the sections are built from (the ecology world's); a policy shows the
 # sections instead of these keys, and any other key of a world's state as it is.
 SECTION_SOURCES = frozenset(
@@ -79,11 +83,15 @@ def placeholder(name: str) -> str:
     return "{sections." + name + "}"
 
 
-# Filled by ``fill_sections``; an empty section leaves no blank line behind.
+# Filled by ``fill_sections``; an empty section leaves no blank line behind. What every agent
+# of the step is shown comes first and the agent's own part after its name, so a server's
+# prompt cache serves the shared part once for all agents.
 PROPOSE_ACTION_PROMPT = "\n\n".join(
     [
-        "You are {sections.agent_id}. This is event {sections.tick}.",
-        *(placeholder(n) for n in SECTION_NAMES[2:]),  # every section after the header
+        "This is event {sections.tick}.",
+        *(placeholder(n) for n in SHARED_SECTIONS),
+        "You are {sections.agent_id}.",
+        *(placeholder(n) for n in OWN_SECTIONS),
         "Weigh what you have, what others offer and what went wrong before, then choose the "
         "one action that best serves your goals now.",
     ]

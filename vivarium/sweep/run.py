@@ -32,6 +32,18 @@ __all__ = ["run_sweep"]
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _other_code(path: Path) -> bool:
+    """Whether a trace records other package code than this process runs (see build)."""
+    from vivarium.build import CODE_META_KEY, package_code_digest
+    from vivarium.trace.db import read_meta
+
+    try:
+        recorded = read_meta(path, CODE_META_KEY)
+    except Exception:  # unreadable: is_finished said it was fine; leave it so
+        return False
+    return recorded is not None and recorded != package_code_digest()
+
+
 def run_sweep(
     base: ConfigSource | ExperimentConfig | Mapping[str, Any],
     grid: Mapping[str, Sequence[Any]] | None = None,
@@ -117,7 +129,9 @@ def run_sweep(
         skipped = 0
         for run in runs:
             path = out / run.file
-            if is_finished(path, run.run_id):
+            # A finished trace made by other package code is not this sweep's result: its run
+            # goes to a worker, which refuses to replace it (one line, the run failed).
+            if is_finished(path, run.run_id) and not _other_code(path):
                 index.update(run.index, status="complete", error=None)
                 skipped += 1
                 continue

@@ -106,13 +106,14 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
     (a notebook's) travels by value too.
 
     Returns:
-        The pickled ``{"world": {name: factory}, "policy": {...}, "object": {ref: object}}``,
+        The pickled ``{"world": {name: factory}, "policy": {...}, "digests": {"policy:name":
+        digest}, "object": {ref: object}}``,
         or None when every world and policy the runs use is built in.
 
     Raises:
         ConfigError: A factory cannot be pickled (naming it, and ``backend='inline'``).
     """
-    from vivarium.build import POLICIES, WORLDS
+    from vivarium.build import POLICIES, WORLDS, factory_digest
     from vivarium.engine.reporters import active_reporters
     from vivarium.objects import dumps_by_value, pack_objects
 
@@ -153,6 +154,13 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
                     f"({error_line(exc)}): make what it uses picklable, or use "
                     "backend='inline'"
                 ) from None
+    # Each factory's digest as named here, where its code is: a worker's copy is not in the
+    # file it came from, and its runs must have the ids the sweep gave them.
+    user["digests"] = {
+        f"{kind}:{name}": factory_digest(kind, name, factory)
+        for kind, table in user.items()
+        for name, factory in table.items()
+    }
     if objects:
         user["object"] = objects
     if reporters:
@@ -181,7 +189,7 @@ def _apply_registrations(blob: bytes | None) -> None:
         return
     import cloudpickle  # noqa: F401  (objects pickled by value need it to load)
 
-    from vivarium.build import register_policy, register_world
+    from vivarium.build import keep_sent_digest, register_policy, register_world
     from vivarium.objects import unpack_objects
 
     user = pickle.loads(blob)
@@ -191,6 +199,9 @@ def _apply_registrations(blob: bytes | None) -> None:
         register_world(name, factory)
     for name, factory in user["policy"].items():
         register_policy(name, factory)
+    for key, digest in user.get("digests", {}).items():
+        kind, _, name = key.partition(":")
+        keep_sent_digest(kind, name, user[kind][name], digest)
     _APPLIED_REGISTRATIONS.add(key)
 
 

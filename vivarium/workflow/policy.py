@@ -120,8 +120,10 @@ DEFAULT_TRANSITION_PROMPT = (
     "useful is nearly done; change course when the same failure keeps coming back or nothing "
     "moves; call it done when what you have works well enough to be used. Say why."
 )
+# Names no agent, so that every agent's request begins alike (a server's prompt cache serves the
+# shared start once); the step prompts say who the agent is (``PROPOSE_ACTION_PROMPT`` does).
 DEFAULT_SYSTEM_PROMPT = (
-    "You are {agent_id}, an agent in a shared world of artifacts and scrip. "
+    "You are an agent in a shared world of artifacts and scrip. "
     "Act by calling the tool you are given, exactly once."
 )
 

@@ -52,13 +52,35 @@ class ActionSpec:
 @functools.lru_cache(maxsize=1024)
 def _tool_spec(name: str, description: str, arguments: type[BaseModel]) -> dict[str, Any]:
     # Generating a JSON schema costs ~0.5 ms: far too much to repeat for every LLM decision.
-    schema = arguments.model_json_schema()
+    schema = _without_empty_items(arguments.model_json_schema())
     schema.pop("title", None)
     schema.setdefault("properties", {})
     return {
         "type": "function",
         "function": {"name": name, "description": description, "parameters": schema},
     }
+
+
+def _without_empty_items(schema: Any, names: bool = False) -> Any:
+    """``schema`` without ``"items": {}`` anywhere (pydantic writes it for ``list[Any]``).
+
+    An empty ``items`` schema allows anything, as its absence does, so the meaning is the same;
+    but some servers' grammar converters (llama-cpp-python's) fail on it and then constrain
+    nothing at all. ``names``: ``schema`` maps names to schemas (``properties``, ``$defs``),
+    where a field called ``items`` is kept.
+    """
+    if isinstance(schema, list):
+        return [_without_empty_items(value) for value in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: _without_empty_items(value, names=not names and key in _NAMED_SCHEMAS)
+        for key, value in schema.items()
+        if names or not (key == "items" and value == {})
+    }
+
+
+_NAMED_SCHEMAS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -1,0 +1,194 @@
+"""A policy registered by name is part of its runs' identity, as a class given as an object is.
+
+The new-user pass of issue 16: editing a registered factory (or what it builds) gave the same
+run id, so a rerun overwrote the old trace, a sweep handed back the old traces as the new
+results, and a resume went on with the new code (steps of two policies in one trace).
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from vivarium import Experiment, Run
+from vivarium.build import POLICIES, register_policy
+from vivarium.errors import ConfigError
+from vivarium.types import ActionRequest
+
+WORD = "PIRATE"  # read by Styled.decide: a global the factory's code reaches
+# The step at which Styled stops the run, as Ctrl-C does: an object, not plain data, so that it
+# is not part of the code's digest (a plain global the code reads is: see WORD).
+STOP = SimpleNamespace(at=None)
+
+
+class Styled:
+    """Posts ``WORD`` each step (the registered code under test)."""
+
+    def decide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        """Post the word, or stop the run at ``STOP_AT``."""
+        if time_step == STOP.at:
+            raise KeyboardInterrupt
+        return ActionRequest(
+            run_id=run_id,
+            time_step=time_step,
+            agent_id=agent_id,
+            action_name="post_message",
+            arguments={"content": f"SPEAK LIKE A {WORD}"},
+        )
+
+
+def _register() -> None:
+    register_policy("styled_t", lambda config, agent, shared: Styled())
+
+
+def _word(monkeypatch: pytest.MonkeyPatch, word: str) -> None:
+    """Change the word and register again, as running the script or the cell again does."""
+    monkeypatch.setattr(sys.modules[__name__], "WORD", word)
+    _register()
+
+
+@pytest.fixture
+def styled(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """``styled_t`` registered; WORD and STOP put back and the name dropped afterwards."""
+    monkeypatch.setattr(sys.modules[__name__], "WORD", "PIRATE")
+    monkeypatch.setattr(STOP, "at", None)
+    _register()
+    try:
+        yield monkeypatch
+    finally:
+        POLICIES.pop("styled_t", None)
+
+
+def _exp(**kw: Any) -> Experiment:
+    fields = {"name": "styled", "policy": "styled_t", "agents": 2, "steps": 4, "seed": 1}
+    return Experiment(**{**fields, **kw})
+
+
+def _words(run: Any) -> set[str]:
+    return set(run.messages["content"])
+
+
+def test_the_run_id_follows_the_registered_code(styled: pytest.MonkeyPatch) -> None:
+    pirate = _exp().config.resolved_run_id()
+    assert _exp().config.resolved_run_id() == pirate  # the same code: the same id
+    _word(styled, "NINJA")
+    ninja = _exp().config.resolved_run_id()
+    assert ninja != pirate
+    _word(styled, "PIRATE")
+    assert _exp().config.resolved_run_id() == pirate
+    # a built-in policy's id is what it was: no digest is added to its identity
+    assert "code_digests" not in _exp(policy="random").config.identity()
+    assert "policy:styled_t" in _exp().config.identity()["code_digests"]
+
+
+def test_a_changed_factory_does_not_overwrite_the_old_trace(
+    styled: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    first = _exp().run(folder=tmp_path, progress=False)
+    _word(styled, "NINJA")
+    with pytest.warns(Warning, match="holds run"):
+        second = _exp().run(folder=tmp_path, progress=False)
+    assert second.path != first.path and second.run_id != first.run_id
+    assert _words(Run.open(first.path)) == {"SPEAK LIKE A PIRATE"}
+    assert _words(Run.open(second.path)) == {"SPEAK LIKE A NINJA"}
+    # a path named for it is refused, not replaced
+    with pytest.raises(Exception, match="holds run"):
+        _exp().run(first.path, progress=False)
+
+
+def test_a_resume_with_changed_registered_code_is_refused(
+    styled: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    styled.setattr(STOP, "at", 3)
+    path = tmp_path / "s8.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        _exp(checkpoint_every=2).run(path, progress=False)
+    assert Run.open(path).metadata["status"] == "interrupted"
+    styled.setattr(STOP, "at", None)
+    _word(styled, "NINJA")
+    with pytest.raises(ConfigError, match=r"policy 'styled_t' has changed since the run") as e:
+        Run.open(path).resume(progress=False)
+    assert "\n" not in str(e.value)
+    assert Run.open(path).metadata["status"] == "interrupted"  # left as it was
+    _word(styled, "PIRATE")
+    done = Run.open(path).resume(progress=False)
+    assert done.metadata["status"] == "complete" and done.health.ok
+    assert _words(done) == {"SPEAK LIKE A PIRATE"}
+
+
+def _register_cell(word: str) -> None:
+    """``styled_cell`` registered from a notebook cell (``__main__``: sent to workers by value)."""
+    cell = {"__name__": "__main__"}
+    code = f"""
+        from vivarium.build import register_policy
+        from vivarium.types import ActionRequest
+        WORD = {word!r}
+        class Styled:
+            def decide(self, *, run_id, time_step, agent_id, observation):
+                return ActionRequest(run_id=run_id, time_step=time_step, agent_id=agent_id,
+                                     action_name="post_message",
+                                     arguments={{"content": f"SPEAK LIKE A {{WORD}}"}})
+        register_policy("styled_cell", lambda config, agent, shared: Styled())
+        """
+    exec(textwrap.dedent(code), cell)
+
+
+def test_a_sweep_reruns_nothing_stale_after_the_factory_changed(tmp_path: Path) -> None:
+    folder = tmp_path / "sw"
+    try:
+        _register_cell("PIRATE")
+        first = _exp(policy="styled_cell").sweep(seed=[1, 2], folder=folder, max_workers=2)
+        _register_cell("NINJA")
+        second = _exp(policy="styled_cell").sweep(seed=[1, 2], folder=folder, max_workers=2)
+        _register_cell("PIRATE")
+        again = _exp(policy="styled_cell").sweep(seed=[1, 2], folder=folder, max_workers=2)
+    finally:
+        POLICIES.pop("styled_cell", None)
+    assert first.ok and second.ok and again.ok
+    assert set(first.index["run_id"]).isdisjoint(second.index["run_id"])
+    assert list(again.index["run_id"]) == list(first.index["run_id"])
+    assert set(second.messages["content"]) == {"SPEAK LIKE A NINJA"}
+    for path, run_id in zip(second.index["path"], second.index["run_id"], strict=True):
+        # the workers' run ids are the sweep's (the digest went with the factory)
+        assert Run.open(path).run_id == run_id
+    for path in first.index["path"]:
+        assert _words(Run.open(path)) == {"SPEAK LIKE A PIRATE"}
+
+
+def test_a_script_factory_in_main_keeps_its_id_from_process_to_process(tmp_path: Path) -> None:
+    # The digest must not depend on the process (no ids, no hash seeds): run a script twice.
+    import subprocess
+
+    script = tmp_path / "s.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            from vivarium import Experiment
+            from vivarium.build import register_policy
+            from vivarium.policies.random import RandomAgentPolicy
+            WORD = sys.argv[1]
+            class P(RandomAgentPolicy):
+                def decide(self, **kw):
+                    return super().decide(**kw) if WORD else None
+            register_policy("p", lambda config, agent, shared: P.from_seed(1, ["noop"]))
+            print(Experiment(name="s", policy="p", agents=2, steps=1).config.resolved_run_id())
+            """
+        )
+    )
+
+    def run_id(word: str) -> str:
+        out = subprocess.run(
+            [sys.executable, str(script), word], capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+
+    assert run_id("A") == run_id("A") != run_id("B")
