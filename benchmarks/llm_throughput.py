@@ -376,12 +376,14 @@ def main() -> None:
         f" of {last['prompt_tokens']} ({cached_share:.0%}). The prefix every request shares, "
         f"rendered by the server's template (the system prompt and the start of the user "
         f"message, before the step number): {shared} tokens. Share of it each call found "
-        f"cached (the reply's `timings.cache_n`, counted up to the shared prefix), best / "
+        f"cached (the reply's `usage.prompt_tokens_details.cached_tokens`, which the trace "
+        f"keeps as the reply's `cached_tokens`, counted up to the shared prefix), best / "
         f"median / worst: {reuse[-1]:.0%} / {reused:.0%} / {reuse[0]:.0%} (goal >= 80%: "
         f"{'met' if reused >= 0.8 else 'NOT met'}); each slot's first call meets an empty "
         f"cache, so a fresh server with {args.parallel} slots can reach {ceiling:.0%} over "
-        f"{calls} calls. Agents of one step share more (the recent messages come before the "
-        "agent's name): prompt tokens from cache in all counts that too.",
+        f"{calls} calls. Agents of one step share more than that prefix (the recent "
+        "messages come before the agent's name), which the share of all prompt tokens served "
+        "from cache counts too.",
         "",
         f"Decisions that fell back (a reply the policy could not use): {last['fallbacks']} of "
         f"{calls}. The throughput counts the tokens the server produced either way.",
