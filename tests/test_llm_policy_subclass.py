@@ -75,3 +75,53 @@ def test_a_class_of_ones_own_that_takes_a_gateway_gets_it(tmp_path: Any) -> None
         folder=tmp_path, progress=False
     )
     assert sorted(run.messages["content"]) == ["agent_000:chat", "agent_001:chat"]
+
+
+class OwnClient:
+    """Stands for a researcher's own LLM client."""
+
+
+class MakesItsOwnClient:
+    """A policy that builds its own client unless it is given a gateway."""
+
+    def __init__(self, agent_id: str, gateway: Any = None) -> None:
+        self.gateway = gateway if gateway is not None else OwnClient()
+        self.agent_id = agent_id
+
+    def decide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        """Post the type of the client it uses."""
+        return ActionRequest(
+            run_id=run_id,
+            time_step=time_step,
+            agent_id=agent_id,
+            action_name="post_message",
+            arguments={"content": type(self.gateway).__name__},
+        )
+
+
+def test_a_gateway_with_a_default_is_not_replaced_by_the_mock_without_llm(tmp_path: Any) -> None:
+    run = Experiment(name="o", policy=MakesItsOwnClient, agents=2, steps=1).run(
+        folder=tmp_path, progress=False
+    )
+    assert run.metadata["status"] == "complete"
+    assert sorted(run.messages["content"]) == ["OwnClient", "OwnClient"]
+
+
+def test_a_gateway_with_a_default_gets_the_runs_stack_with_llm(tmp_path: Any) -> None:
+    run = Experiment(name="o", policy=MakesItsOwnClient, agents=2, steps=1, llm=LLM).run(
+        folder=tmp_path, progress=False
+    )
+    # the stack's outermost layer (built from llm=), not the class's own client
+    assert set(run.messages["content"]) == {"RetryGateway"}
+
+
+def test_a_required_gateway_without_llm_gets_the_stack_the_builtin_policy_would(
+    tmp_path: Any,
+) -> None:
+    # as policy="cognitive" without llm= runs on the mock stack, so does a class that needs one
+    run = Experiment(name="g", policy=GatewayOnly, agents=2, steps=1).run(
+        folder=tmp_path, progress=False
+    )
+    assert sorted(run.messages["content"]) == ["agent_000:chat", "agent_001:chat"]

@@ -192,3 +192,94 @@ def test_a_script_factory_in_main_keeps_its_id_from_process_to_process(tmp_path:
         return out.stdout.strip()
 
     assert run_id("A") == run_id("A") != run_id("B")
+
+
+# A script whose factory closes over a cached gateway stack (its cassette holds the process id)
+# and over an object of the script's own (its state is the script's: it still counts).
+_GATEWAY_SCRIPT = """
+import sys
+from vivarium import Experiment, Run
+from vivarium.build import register_policy
+from vivarium.gateways.stack import GatewaySettings, build_gateway
+from vivarium.types import ActionRequest
+
+class Style:
+    def __init__(self, word):
+        self.word = word
+
+class Speaker:
+    def __init__(self, gateway, style):
+        self.gateway, self.style = gateway, style
+    def decide(self, *, run_id, time_step, agent_id, observation):
+        if time_step == 3 and sys.argv[2] == "stop":
+            raise KeyboardInterrupt  # as Ctrl-C does
+        return ActionRequest(run_id=run_id, time_step=time_step, agent_id=agent_id,
+                             action_name="post_message",
+                             arguments={"content": f"SPEAK LIKE A {self.style.word}"})
+
+def speaker(cassette, word):
+    gateway = build_gateway(GatewaySettings(mock=True, cache=cassette), seed=1)
+    style = Style(word)
+    return lambda config, agent, shared: Speaker(gateway, style)
+
+folder = sys.argv[3]
+register_policy("speaker", speaker(folder + "/c.cassette", sys.argv[1]))
+exp = Experiment(name="gw", policy="speaker", agents=2, steps=6, seed=1, checkpoint_every=2)
+if sys.argv[2] == "id":
+    print(exp.config.resolved_run_id())
+elif sys.argv[2] == "stop":
+    try:
+        exp.run(folder + "/r.sqlite", progress=False)
+    except KeyboardInterrupt:
+        print(Run.open(folder + "/r.sqlite").metadata["status"])
+else:
+    run = Run.open(folder + "/r.sqlite").resume(progress=False)
+    print(run.metadata["status"], sorted(set(run.messages["content"])), run.run_id)
+"""
+
+
+def _gateway_script(tmp_path: Path, word: str, mode: str) -> str:
+    import subprocess
+
+    script = tmp_path / "gw.py"
+    script.write_text(_GATEWAY_SCRIPT)
+    out = subprocess.run(
+        [sys.executable, str(script), word, mode, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def test_a_factory_holding_a_cached_gateway_keeps_its_id_from_process_to_process(
+    tmp_path: Path,
+) -> None:
+    first = _gateway_script(tmp_path, "PIRATE", "id")
+    assert first.startswith("gw-")
+    assert _gateway_script(tmp_path, "PIRATE", "id") == first
+    # the script's own object still counts: another word, another run
+    assert _gateway_script(tmp_path, "NINJA", "id") != first
+
+
+def test_a_run_stopped_with_a_cached_gateway_resumes_in_a_new_process(tmp_path: Path) -> None:
+    assert _gateway_script(tmp_path, "PIRATE", "stop") == "interrupted"
+    run_id = _gateway_script(tmp_path, "PIRATE", "id")
+    done = _gateway_script(tmp_path, "PIRATE", "resume")
+    assert done == f"complete ['SPEAK LIKE A PIRATE'] {run_id}"
+
+
+def test_only_the_code_digest_names_library_objects_by_type(tmp_path: Path) -> None:
+    from vivarium.gateways.cache import Cassette
+    from vivarium.gateways.stack import GatewaySettings
+    from vivarium.objects import fingerprint
+
+    cassette = Cassette(tmp_path / "c.cassette")
+    assert fingerprint(cassette, opaque=True) == "<vivarium.gateways.cache.Cassette>"
+    assert "_pid" in fingerprint(cassette)  # an object's own digest is what it was
+    # a library value object (a dataclass, a pydantic model) still counts by its fields
+    a, b = GatewaySettings(mock=True, timeout=10), GatewaySettings(mock=True, timeout=20)
+    assert fingerprint(a, opaque=True) != fingerprint(b, opaque=True)
+    assert fingerprint(a, opaque=True) == fingerprint(
+        GatewaySettings(mock=True, timeout=10), opaque=True
+    )

@@ -388,13 +388,16 @@ def _code_digest(factory: Any) -> str:
     The source file of its module, then the fingerprints (``vivarium.objects.fingerprint``)
     of the factory (a function's closures and defaults included, a partial's arguments) and
     of what it reaches, with the names of user modules taken out of them: a module imported
-    as ``tests.helpers`` in one process and ``helpers`` in another is the same code.
+    as ``tests.helpers`` in one process and ``helpers`` in another is the same code. An
+    instance of a library class it holds (a gateway stack, a client) is named by its type
+    (``fingerprint(..., opaque=True)``): its state differs per process (a cassette's process
+    id, a connection), so a script run again, or a resume in a new process, finds its run id.
     """
     target = factory.func if isinstance(factory, functools.partial) else factory
     modules = {str(getattr(target, "__module__", "") or "")}
-    parts = [fingerprint(target)]
+    parts = [fingerprint(target, opaque=True)]
     if isinstance(factory, functools.partial):
-        parts.append(fingerprint((factory.args, factory.keywords)))
+        parts.append(fingerprint((factory.args, factory.keywords), opaque=True))
     parts += [f"{key}={text}" for key, text in sorted(_reached_globals(factory, modules).items())]
     text = "\n".join(parts)
     for module in sorted(modules - {""}, key=len, reverse=True):
@@ -479,10 +482,10 @@ def _reached_globals(root: Any, modules: set[str]) -> dict[str, str]:
             value = obj.__globals__[name]
             key = f"{obj.__qualname__}.{name}"
             if _plain(value):
-                found.setdefault(key, fingerprint(value))
+                found.setdefault(key, fingerprint(value, opaque=True))
             elif inspect.isfunction(value) or isinstance(value, type | functools.partial):
                 if not _library(getattr(value, "func", value)):
-                    found.setdefault(key, fingerprint(value))
+                    found.setdefault(key, fingerprint(value, opaque=True))
                 visit(value, depth + 1)
         for cell in obj.__closure__ or ():
             try:
@@ -617,8 +620,12 @@ def _object_policy(name: str) -> PolicyFactory | None:
     def build(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:
         # An LLM policy of one's own gets what the built-in one does: the run's gateway stack
         # (built from ``llm=``) and, for a CognitiveAgentPolicy subclass, its config. Options
-        # the group gives by the same names win.
-        given = {"gateway": shared_gateway(config, shared)}
+        # the group gives by the same names win. A ``gateway`` with a default is given only
+        # with ``llm=``: without one, the class makes its own client (never the mock behind
+        # its back); a required one gets the stack the built-in policy would (the mock).
+        given = {}
+        if config.llm is not None or not _optional_gateway(entry.obj):
+            given["gateway"] = shared_gateway(config, shared)
         if "config" in llm:
             given["config"] = _cognitive_config(config, agent)
         options = {**given, **agent.group.policy_options}
@@ -654,6 +661,28 @@ def _read_llm_keywords(target: Any) -> tuple[str, ...]:
 
 
 _cached_llm_keywords = functools.lru_cache(maxsize=256)(_read_llm_keywords)
+
+
+def _optional_gateway(target: Any) -> bool:
+    """Whether ``target``'s ``gateway`` parameter has a default (it can make its own client).
+
+    Read once per class, as ``_llm_keywords`` is.
+    """
+    try:
+        return _cached_optional_gateway(target)
+    except TypeError:  # an unhashable callable
+        return _read_optional_gateway(target)
+
+
+def _read_optional_gateway(target: Any) -> bool:
+    try:
+        param = inspect.signature(target).parameters.get("gateway")
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.default is not inspect.Parameter.empty
+
+
+_cached_optional_gateway = functools.lru_cache(maxsize=256)(_read_optional_gateway)
 
 
 def _is_cognitive(cls: type) -> bool:

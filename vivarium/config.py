@@ -115,9 +115,9 @@ class LLMConfig(BaseModel):
     # (llama.cpp's llama-server with SmolLM2's stock template ignores tools and rejects an
     # object tool_choice): the request is sent without tools, with a response_format
     # json_schema of the forced tool's parameters, and the reply's JSON is read back as a call
-    # of that tool (vivarium.gateways.forced_schema). The request and its cassette key stay the
-    # same; the model does answer differently (it sees no tool definitions), so a run id
-    # includes it when it is not the default.
+    # of that tool (vivarium.gateways.forced_schema). The request and its hash stay the same;
+    # the model does answer differently (it sees no tool definitions), so a run id and a
+    # cassette's key include it when it is not the default.
     forced_tool_format: Literal["tool_choice", "json_schema"] = Field(
         default="tool_choice",
         description="how a forced tool is sent: tool_choice, or json_schema for servers "

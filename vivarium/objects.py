@@ -24,6 +24,7 @@ the same world); a policy instance is copied for each agent.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import hashlib
@@ -270,7 +271,7 @@ def _module_text(target: Any) -> bytes | None:
 _PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
 
 
-def fingerprint(value: Any, depth: int = 0) -> str:
+def fingerprint(value: Any, depth: int = 0, *, opaque: bool = False) -> str:
     """A text that names ``value``'s code and data, the same in every process.
 
     Code objects by their bytecode, constants and names (recursively), functions with their
@@ -279,6 +280,11 @@ def fingerprint(value: Any, depth: int = 0) -> str:
     cloudpickle bytes (which carry a per-process id for a class without a module), this does
     not change from one kernel to the next, and it sets apart two classes of one name whose
     code or closures differ.
+
+    With ``opaque``, an instance of a library class (Python's, an installed package's,
+    Vivarium's) is named by its type, not its state: a gateway stack or a client a factory
+    closes over holds what differs per process (a connection, the process id) without being
+    other code. Its declared values (a dataclass's or pydantic model's fields) still count.
     """
     if depth > 8:
         return "…"
@@ -286,32 +292,37 @@ def fingerprint(value: Any, depth: int = 0) -> str:
     if isinstance(value, _PRIMITIVES):
         return repr(value)
     if isinstance(value, types.CodeType):
-        consts = ",".join(fingerprint(c, nxt) for c in value.co_consts)
+        consts = ",".join(fingerprint(c, nxt, opaque=opaque) for c in value.co_consts)
         return f"code({value.co_code.hex()};{consts};{value.co_names})"
     if isinstance(value, functools.partial):
-        return f"partial({fingerprint(value.func, nxt)};{fingerprint((value.args, value.keywords), nxt)})"
+        return f"partial({fingerprint(value.func, nxt, opaque=opaque)};{fingerprint((value.args, value.keywords), nxt, opaque=opaque)})"
     if inspect.isfunction(value) or inspect.ismethod(value):
         func = getattr(value, "__func__", value)
         cells = [c.cell_contents for c in func.__closure__ or () if _filled(c)]
-        extra = fingerprint((cells, func.__defaults__, func.__kwdefaults__), nxt)
-        return f"fn({func.__qualname__};{fingerprint(func.__code__, nxt)};{extra})"
+        extra = fingerprint((cells, func.__defaults__, func.__kwdefaults__), nxt, opaque=opaque)
+        return f"fn({func.__qualname__};{fingerprint(func.__code__, nxt, opaque=opaque)};{extra})"
     if isinstance(value, staticmethod | classmethod | property):
         inner = value.fget if isinstance(value, property) else value.__func__
-        return f"{type(value).__name__}({fingerprint(inner, nxt)})"
+        return f"{type(value).__name__}({fingerprint(inner, nxt, opaque=opaque)})"
     if isinstance(value, type):
         if _from_a_library(value):  # its name says which it is; its body is not the user's
             return f"{value.__module__}.{value.__qualname__}"
         own = sorted((k, v) for k, v in vars(value).items() if k not in _CLASS_NOISE)
-        body = ",".join(f"{k}={fingerprint(v, nxt)}" for k, v in own)
-        bases = ",".join(fingerprint(b, nxt) for b in value.__bases__ if b is not object)
+        body = ",".join(f"{k}={fingerprint(v, nxt, opaque=opaque)}" for k, v in own)
+        bases = ",".join(
+            fingerprint(b, nxt, opaque=opaque) for b in value.__bases__ if b is not object
+        )
         return f"class({value.__module__}.{value.__qualname__};{bases};{body})"
     if isinstance(value, list | tuple):
-        return "[" + ",".join(fingerprint(v, nxt) for v in value) + "]"
+        return "[" + ",".join(fingerprint(v, nxt, opaque=opaque) for v in value) + "]"
     if isinstance(value, set | frozenset):
-        return "{" + ",".join(sorted(fingerprint(v, nxt) for v in value)) + "}"
+        return "{" + ",".join(sorted(fingerprint(v, nxt, opaque=opaque) for v in value)) + "}"
     if isinstance(value, Mapping):
         try:
-            items = sorted((fingerprint(k, nxt), fingerprint(v, nxt)) for k, v in value.items())
+            items = sorted(
+                (fingerprint(k, nxt, opaque=opaque), fingerprint(v, nxt, opaque=opaque))
+                for k, v in value.items()
+            )
         except Exception:  # a mapping that cannot be read (a lazy schema): its type names it
             return f"<{type(value).__module__}.{type(value).__qualname__}>"
         return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
@@ -320,10 +331,32 @@ def fingerprint(value: Any, depth: int = 0) -> str:
         data = hashlib.sha256(value.tobytes()).hexdigest()
         return f"array({value.dtype};{getattr(value, 'shape', '')};{data})"
     if isinstance(value, random.Random):
-        return f"random({fingerprint(value.getstate(), nxt)})"
+        return f"random({fingerprint(value.getstate(), nxt, opaque=opaque)})"
+    if opaque and type(value).__module__ != "__main__" and _from_a_library(type(value)):
+        return _library_instance(value, kind, nxt)
     if hasattr(value, "__dict__"):  # any other object: its type and its attributes
-        return f"<{kind}:{fingerprint(vars(value), nxt)}>"
+        return f"<{kind}:{fingerprint(vars(value), nxt, opaque=opaque)}>"
     return f"<{kind}>"
+
+
+def _library_instance(value: Any, kind: str, depth: int) -> str:
+    """``fingerprint(value, opaque=True)`` of a library class's instance.
+
+    A value object (a dataclass, a pydantic model: a config such as ``GatewaySettings``) by
+    its fields, each fingerprinted the same way; anything else (a gateway, a connection, a
+    cassette) by its type alone.
+    """
+    if dataclasses.is_dataclass(value):
+        names = [f.name for f in dataclasses.fields(value)]
+    elif isinstance(getattr(type(value), "model_fields", None), dict):  # pydantic
+        names = list(type(value).model_fields)
+    else:
+        return f"<{kind}>"
+    try:
+        fields = {name: getattr(value, name) for name in names}
+    except AttributeError:  # a field not set: the type names it
+        return f"<{kind}>"
+    return f"<{kind}:{fingerprint(fields, depth, opaque=True)}>"
 
 
 def _library_roots() -> tuple[str, ...]:

@@ -373,3 +373,36 @@ def test_llama_server_with_smollm2_posts_through_the_schema(
         else:
             assert action["action"] == "post_message"
             assert isinstance(json.loads(action["arguments"])["content"], str)
+
+
+def test_switching_the_format_never_replays_the_other_formats_replies(tmp_path: Path) -> None:
+    """A cassette recorded under tool_choice, then the format switched (the server ignored
+    tools): the json_schema run asks the server; switching back replays the first replies."""
+    cassette = str(tmp_path / "shared.cassette")
+
+    def run(fmt: str, server: FakeOpenAIServer, name: str) -> Run:
+        llm = {
+            "model": "openai/fake",
+            "api_base": server.base_url,
+            "force_tool": True,
+            "forced_tool_format": fmt,
+            "graph": False,
+            "cache": cassette,
+            "cache_mode": "auto",
+        }
+        exp = Experiment(name=name, policy="cognitive", agents=2, steps=2, seed=5, llm=llm)
+        return exp.run(tmp_path / f"{name}.sqlite", progress=False)
+
+    with FakeOpenAIServer() as server:
+        first = run("tool_choice", server, "a")
+        asked_first = server.request_count
+    with FakeOpenAIServer(reply=schema_reply('{"content": "hi {index}"}')) as server:
+        second = run("json_schema", server, "b")
+        assert server.request_count == 4  # every call asked: nothing replayed across formats
+        assert all("response_format" in body for body in server.requests)
+    with FakeOpenAIServer() as server:
+        third = run("tool_choice", server, "c")
+        assert server.request_count == 0  # the first format's replies, replayed
+    assert asked_first == 4
+    assert sorted(second.messages["content"]) == sorted(f"hi {i}" for i in range(4))
+    assert list(third.actions["arguments"]) == list(first.actions["arguments"])

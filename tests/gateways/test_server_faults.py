@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.reliability import outage
 from tests.support.fake_openai import FakeOpenAIServer
 from vivarium import Experiment, Run
 from vivarium.errors import ConfigError, RunInterrupted
 from vivarium.gateways import LiteLLMGateway, LLMCallError, collect_calls
+from vivarium.gateways.base import decision_deadline
 from vivarium.gateways.servers import ServerPool, ServerWarning
 
 MODEL = "openai/fake"
@@ -63,7 +66,8 @@ def test_a_call_cancelled_in_flight_cools_its_server_down() -> None:
 
         async def cut_short() -> None:
             call = gateway.achat(model=MODEL, messages=[{"role": "user", "content": "x"}])
-            await asyncio.wait_for(call, 0.5)  # the agent timeout
+            with decision_deadline(0.5):  # the agent timeout, as the engine sets it
+                await asyncio.wait_for(call, 0.5)
 
         with collect_calls() as calls, pytest.raises(TimeoutError):
             asyncio.run(cut_short())
@@ -86,7 +90,7 @@ def test_a_server_cut_twice_in_a_row_is_said_once() -> None:
 
         async def cut(times: int) -> None:
             for _ in range(times):
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(TimeoutError), decision_deadline(0.3):
                     await asyncio.wait_for(pool.apost(body, headers_for("k"), 30), 0.3)
 
         with warnings.catch_warnings(record=True) as said:
@@ -100,6 +104,34 @@ def test_a_server_cut_twice_in_a_row_is_said_once() -> None:
         f"LLM server {url} had calls cancelled in flight twice in a row (hung? slower "
         "than the agent timeout?): "
     )
+
+
+def test_a_stopping_runs_cancellations_say_nothing_of_the_servers() -> None:
+    """Cancelled with no agent timeout due (Ctrl-C, a sibling's error): no cooldown, no word."""
+    from vivarium.gateways.openai_http import encode_body, headers_for
+
+    with (
+        FakeOpenAIServer(latency_ms=2000) as one,
+        FakeOpenAIServer(latency_ms=2000) as two,
+    ):
+        pool = ServerPool([one.base_url, two.base_url])
+        body = encode_body({"model": "fake", "messages": [{"role": "user", "content": "x"}]})
+
+        async def stop_all() -> None:
+            calls = [
+                asyncio.ensure_future(pool.apost(body, headers_for("k"), 30)) for _ in range(4)
+            ]
+            await asyncio.sleep(0.3)
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                asyncio.run(stop_all())
+    assert not [w for w in said if issubclass(w.category, ServerWarning)]
+    assert pool.cooling() == [False, False] and pool.failed == [0, 0]
 
 
 def test_a_hung_server_of_three_takes_one_call_not_one_a_step(tmp_path: Path) -> None:
@@ -312,3 +344,19 @@ def test_vvm_run_api_base_errors_are_one_line(tmp_path: Path) -> None:
         "vvm run: error: --api-base: api_base: 'ftp://x/v1' is not an http:// or https:// URL "
         "with a host"
     )
+
+
+def test_a_dead_server_is_said_again_by_the_next_run() -> None:
+    """Once per server and pool, not once per process: a re-run cell says it again (Python's
+    default filter alone would drop the same words from the same line)."""
+    script = (
+        "from vivarium.gateways.servers import ServerPool\n"
+        "for _ in range(2):\n"
+        "    pool = ServerPool(['http://127.0.0.1:9/v1', 'http://127.0.0.1:10/v1'])\n"
+        "    pool.cool(0, 'Connection refused')\n"
+        "    pool.cool(0, 'Connection refused')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stderr.count("ServerWarning: LLM server http://127.0.0.1:9/v1") == 2

@@ -555,6 +555,7 @@ class CachingGateway(GatewayBase):
         inner: LLMGateway | GatewayBase | None,
         cassette: Cassette | str | os.PathLike[str],
         mode: CacheMode = "auto",
+        variant: str | None = None,
     ) -> None:
         """Wrap ``inner`` (None only to replay) with ``cassette`` in ``mode``.
 
@@ -563,6 +564,9 @@ class CachingGateway(GatewayBase):
             cassette: A ``Cassette``, or the path of one: the layer then owns and closes it.
             mode: ``record`` (always call, store), ``replay`` (never call), ``auto`` (replay,
                 record misses).
+            variant: How the stack below sends a request differently from the request itself
+                (``forced_tool_format=json_schema``), or None: replies to another way of sending
+                are other rows, so switching the format never replays the old format's replies.
 
         Raises:
             ConfigError: An unknown mode, or no gateway to record from.
@@ -580,6 +584,7 @@ class CachingGateway(GatewayBase):
         )
 
         self.mode: CacheMode = mode
+        self.variant = variant
         self.stats = CacheStats()
         self._lock = threading.Lock()
 
@@ -591,16 +596,17 @@ class CachingGateway(GatewayBase):
         with self._lock:
             setattr(self.stats, field, getattr(self.stats, field) + 1)
 
-    @staticmethod
-    def _key(request: LLMRequest) -> str:
+    def _key(self, request: LLMRequest) -> str:
         """The row of this call: the request hash, or a hash of both for a repeat.
 
         A repeat is the n-th time a decision sends the same request (a retried decision, a
-        repeated workflow step).
+        repeated workflow step). A ``variant`` of sending is hashed in too (the default way
+        keeps the plain request hash).
         """
         request_hash = request.request_hash()
         n = next_occurrence(request_hash)
-        return request_hash if n == 1 else digest(f"{request_hash}#{n}")
+        key = request_hash if n == 1 else digest(f"{request_hash}#{n}")
+        return key if self.variant is None else digest(f"{key}|{self.variant}")
 
     def _models(self) -> list[str] | None:
         try:

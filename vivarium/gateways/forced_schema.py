@@ -8,9 +8,10 @@ the schema. With ``forced_tool_format="json_schema"`` such a request is sent wit
 and ``tool_choice``, asking instead for a reply that is an object of X's parameters; the reply's
 content then becomes one call of X, its arguments parsed as leniently as a tool call's.
 
-Only the wire body changes: the ``LLMRequest`` (and so its hash, the cassette's key) is the one
-the policy built, and the trace records the body actually sent and the reply as received. A
-request that forces no tool is sent as it is.
+Only the wire body changes: the ``LLMRequest`` (and so its hash) is the one the policy built,
+and the trace records the body actually sent and the reply as received; a cassette files these
+replies under the request hash with the format (``CachingGateway(variant=...)``), so a switch of
+format never replays the other format's replies. A request that forces no tool is sent as it is.
 """
 
 from __future__ import annotations

@@ -360,6 +360,7 @@ class LiteLLMGateway(GatewayBase):
         self.extra = dict(extra or {})
         self.transport = transport
         self.forced_tool_format = forced_tool_format
+        self._last_server_failure: str | None = None  # through litellm's Router
 
     def __repr__(self) -> str:
         """Where calls go, with the key hidden."""
@@ -709,6 +710,17 @@ class LiteLLMGateway(GatewayBase):
         kind, retryable, status, description = classify(exc)
         secrets = self._secrets()
         text = squash(scrub(description, secrets), _MAX_ERROR_CHARS)
+        if len(self.api_bases) > 1 and not isinstance(exc, WireError):  # litellm's Router
+            if type(exc).__name__ != "RouterRateLimitError":
+                self._last_server_failure = text
+            elif self._last_server_failure is not None:
+                # Every server cooling down: the servers' own failure says what is wrong (other
+                # agents' failures keep cooling them, so an attempt may find none to try).
+                text = squash(
+                    "every server failed and is cooling down; the last failure: "
+                    f"{self._last_server_failure}",
+                    _MAX_ERROR_CHARS,
+                )
         record_call(
             CallRecord(
                 attempt=attempt,
@@ -721,7 +733,7 @@ class LiteLLMGateway(GatewayBase):
             )
         )
         retry_after = _retry_after(exc) if kind == "rate_limit" else None
-        if kind == "not_found":  # the user's error names the server (the record never does)
+        if kind == "not_found":  # the user's error names the server (no call record does)
             servers = (exc.servers if isinstance(exc, WireError) else ()) or self.api_bases
             text = f"{text} {not_found_hint(servers)}"
         return LLMCallError(

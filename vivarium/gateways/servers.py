@@ -16,8 +16,10 @@ Only when every server has failed one attempt does the attempt fail, with the la
 error, and the layers above decide as for one server (the retry layer retries; past the
 retries an infrastructure failure stops the run). A failure another server made good is no
 attempt of the agent's: it leaves no call record, so the trace of a run whose server died is
-the trace of a run whose server never did. The server's address is in no record (the request
-text and its hash never name it); ``answered`` and ``failed`` count, per server, what happened.
+the trace of a run whose server never did. The server's address is in no call record (the
+request text and its hash never name it); only a run stopped by 404s names the servers in its
+one-line reason (``runs.error``, and a cassette's stored failure), so the wrong path can be
+mended. ``answered`` and ``failed`` count, per server, what happened.
 The first failure of each server (or finding it unreachable at the start) is said once, as a
 ``ServerWarning`` naming it and why: a list with a dead or wrong URL does not go unnoticed.
 """
@@ -32,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from vivarium.errors import squash
+from vivarium.gateways.base import cancel_reason
 from vivarium.gateways.openai_http import WireError, WireReply, apost, chat_url, post
 
 # Failures that say the server (not the request) is the problem: another server may answer.
@@ -51,6 +54,12 @@ class ServerWarning(UserWarning):
     Said once per server (and pool): the run goes on, but the user should know that fewer
     servers than listed are doing the work.
     """
+
+
+# Each pool says each server once; Python's default filter would also drop the same words from the
+# same line in a later run (a re-run cell, the runs of a loop). Appended: a filter of the user's
+# own (``ignore``) still wins.
+warnings.filterwarnings("always", category=ServerWarning, append=True)
 
 
 def not_found_hint(servers: Sequence[str], *, name: bool = True) -> str:
@@ -295,8 +304,9 @@ class ServerPool:
                 return reply
             except asyncio.CancelledError:
                 # An agent timeout gave up on it: a hung server, cooled down as a timeout is,
-                # or every step would send it a call to be cancelled again.
-                outcome = "cut"
+                # or every step would send it a call to be cancelled again. A stopping run
+                # cancels its calls too: that says nothing of the server.
+                outcome = "cut" if cancel_reason() is not None else "cancelled"
                 raise
             except WireError as exc:
                 if exc.kind not in FAILOVER_KINDS:  # the server answered: the request is wrong

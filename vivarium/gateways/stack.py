@@ -154,7 +154,12 @@ def compose(provider: Gateway | None, settings: GatewaySettings) -> Gateway:
         )
     if settings.cache:
         # Given the path, the cache layer owns the cassette and closes it with the run.
-        gateway = CachingGateway(gateway, settings.cache, mode=settings.cache_mode)
+        variant = (
+            None
+            if settings.forced_tool_format == "tool_choice"
+            else f"forced_tool_format={settings.forced_tool_format}"
+        )
+        gateway = CachingGateway(gateway, settings.cache, mode=settings.cache_mode, variant=variant)
     return gateway
 
 
