@@ -288,7 +288,8 @@ class ServerPool:
     ) -> WireReply:
         """``post`` on the running event loop.
 
-        An attempt cancelled in flight frees its server and cools it down, as a timeout does.
+        An attempt the agent timeout cancels in flight frees its server and cools it down, as a
+        timeout does; one a stopping run cancels only frees it.
 
         Raises:
             WireError: As ``post``.
