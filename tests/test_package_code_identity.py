@@ -21,7 +21,7 @@ import pytest
 
 from vivarium import Experiment, Run
 from vivarium.build import CODE_META_KEY, package_code_digest
-from vivarium.errors import ConfigError, TraceError
+from vivarium.errors import ConfigError, TraceError, TracePathWarning
 from vivarium.types import ActionRequest
 
 OTHER = "0.0.9+0123456789abcdef"
@@ -68,6 +68,24 @@ def test_a_rerun_by_the_same_code_rewrites_the_same_bytes(tmp_path: Path) -> Non
     assert path.read_bytes() == before
 
 
+def test_at_the_default_path_a_run_by_other_code_goes_beside_the_old_result(
+    tmp_path: Path,
+) -> None:
+    """A notebook cell re-run after an upgrade: both results kept, the new path said."""
+    path = tmp_path / "pc.sqlite"
+    _exp().run(path, progress=False)
+    _set_code(path, OTHER)
+    before = path.read_bytes()
+    code = package_code_digest().rpartition("+")[2][:8]
+    for _ in range(2):  # the second time, its own file is rewritten
+        with pytest.warns(TracePathWarning, match="made by other Vivarium code") as said:
+            run = _exp().run(folder=tmp_path, progress=False)
+        assert run.path == tmp_path / f"pc-code-{code}.sqlite"
+        assert str(run.path) in str(said[0].message)
+        assert _recorded_code(run.path) == package_code_digest()
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("named", [True, False])
 def test_a_finished_trace_made_by_other_code_is_not_replaced(tmp_path: Path, named: bool) -> None:
     path = tmp_path / "pc.sqlite"
@@ -75,6 +93,11 @@ def test_a_finished_trace_made_by_other_code_is_not_replaced(tmp_path: Path, nam
     _set_code(path, OTHER)
     before = path.read_bytes()
     where = {"db": path} if named else {"folder": tmp_path}
+    if not named:  # the default path's way out is taken too (by a third code)
+        code = package_code_digest().rpartition("+")[2][:8]
+        beside = tmp_path / f"pc-code-{code}.sqlite"
+        _exp().run(beside, progress=False)
+        _set_code(beside, OTHER)
     with pytest.raises(TraceError, match="made by other Vivarium code") as info:
         _exp().run(**where, progress=False)
     assert "\n" not in str(info.value) and "overwrite=True" in str(info.value)

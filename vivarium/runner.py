@@ -160,7 +160,9 @@ def trace_path(
     is one holding another run when ``overwrite`` is true. A finished trace of this run id
     made by other package code (``vivarium.build.package_code_digest``), or recorded with
     another config under a run id given by hand, is a different result: it is replaced only
-    when ``overwrite`` is true, else refused. Otherwise a path the user named
+    when ``overwrite`` is true, else refused; at the default path a run made by other code
+    gives way instead to ``runs/<name>-code-<digest>.sqlite`` (a notebook re-run after an
+    upgrade keeps both results), with a ``TracePathWarning``. Otherwise a path the user named
     (``db``, or the config's ``db``) is refused, and the default ``runs/<name>.sqlite`` gives
     way to ``runs/<run id>.sqlite``, with a ``TracePathWarning`` that says so: a loop over seeds
     keeps every run.
@@ -190,8 +192,28 @@ def trace_path(
     if overwrite or held is None:
         return path
     if held == run_id:
-        _refuse_another_result(path, config, run_id)
-        return path
+        why = _another_result(path, config)
+        if why is None:
+            return path
+        if not explicit and why.startswith(_OTHER_CODE):
+            # The default path (a notebook re-run after an upgrade): the old result stays and
+            # the new one goes beside it, named by its code.
+            from vivarium.build import package_code_digest
+
+            code = package_code_digest().rpartition("+")[2][:8]
+            beside = path.with_name(f"{path.stem}-code-{code}.sqlite")
+            if recorded_run_id(beside) is None or _another_result(beside, config) is None:
+                warnings.warn(
+                    f"{path} holds this run ({run_id}) {why}; this run is written to {beside}",
+                    TracePathWarning,
+                    stacklevel=stacklevel + 1,
+                )
+                return beside
+        raise TraceError(
+            f"{path} holds the finished run {run_id} {why}; rerunning would replace its result "
+            "with a different one: pass overwrite=True (vvm: --overwrite) to replace it, or "
+            "give another path"
+        )
     if not explicit:
         name = config.name
         own = path.with_name(
@@ -211,13 +233,20 @@ def trace_path(
     )
 
 
-def _refuse_another_result(path: Path, config: ExperimentConfig, run_id: str) -> None:
-    """Refuse to replace a finished trace of ``run_id`` that a rerun would not reproduce.
+_OTHER_CODE = "made by other Vivarium code"
+
+
+def _another_result(path: Path, config: ExperimentConfig) -> str | None:
+    """Why the finished trace of this run id at ``path`` is a result a rerun would not give.
 
     Rerunning the same config and seed rewrites its trace with the same bytes, which is why
     it may replace it unasked; that holds only for the same code. A trace that records other
     package code (its worlds or policies edited, or another version) or, under a run id given
-    by hand, another config, is another result: one line says so.
+    by hand, another config, is another result.
+
+    Returns:
+        The reason (``made by other Vivarium code (...)``), or None: unfinished, unreadable, or
+        the same result.
     """
     from vivarium.build import CODE_META_KEY, package_code_digest
     from vivarium.seeding import canonical_json
@@ -230,21 +259,15 @@ def _refuse_another_result(path: Path, config: ExperimentConfig, run_id: str) ->
         finally:
             con.close()
     except (sqlite3.Error, TraceError):  # unreadable: no finished result (validate says why)
-        return
+        return None
     if row is None or row[0] != "complete":
-        return  # an unfinished run is no result: a rerun replaces it, as before
+        return None  # an unfinished run is no result: a rerun replaces it, as before
     recorded, now = read_meta(path, CODE_META_KEY), package_code_digest()
     if recorded is not None and recorded != now:
-        why = f"made by other Vivarium code ({recorded}; now {now})"
-    elif config.run_id and row[1] != canonical_json(config.identity()):
-        why = "recorded with another config under that run id"
-    else:
-        return
-    raise TraceError(
-        f"{path} holds the finished run {run_id} {why}; rerunning would replace its result with "
-        "a different one: pass overwrite=True (vvm: --overwrite) to replace it, or give "
-        "another path"
-    )
+        return f"{_OTHER_CODE} ({recorded}; now {now})"
+    if config.run_id and row[1] != canonical_json(config.identity()):
+        return "recorded with another config under that run id"
+    return None
 
 
 def build_engine(

@@ -253,6 +253,18 @@ class ServerPool:
         merged.servers = servers or last.servers
         return merged
 
+    def _settle(self, index: int, exc: WireError, failed: list[WireError]) -> str:
+        """The outcome of server ``index``'s ``exc``, for ``_release``.
+
+        ``"answered"``: the server did answer, and the request is wrong (a 4xx every server
+        would give). ``"failed"``: the server's own failure, kept in ``failed``; the call moves
+        on to another server.
+        """
+        if exc.kind not in FAILOVER_KINDS:
+            return "answered"
+        failed.append(self._failure(index, exc))
+        return "failed"
+
     # -- attempts ----------------------------------------------------------------------------
     def post(
         self, body: bytes, headers: Mapping[str, str], timeout: float, secrets: Sequence[str] = ()
@@ -273,11 +285,8 @@ class ServerPool:
                 outcome = "answered"
                 return reply
             except WireError as exc:
-                if exc.kind not in FAILOVER_KINDS:  # the server answered: the request is wrong
-                    outcome = "answered"
-                    raise
-                outcome = "failed"
-                failed.append(self._failure(index, exc))
+                if (outcome := self._settle(index, exc, failed)) == "answered":
+                    raise  # the request is wrong: no other server is tried
             finally:
                 self._release(index, outcome)
         assert failed  # at least one server, each tried once
@@ -310,11 +319,8 @@ class ServerPool:
                 outcome = "cut" if cancel_reason() is not None else "cancelled"
                 raise
             except WireError as exc:
-                if exc.kind not in FAILOVER_KINDS:  # the server answered: the request is wrong
-                    outcome = "answered"
-                    raise
-                outcome = "failed"
-                failed.append(self._failure(index, exc))
+                if (outcome := self._settle(index, exc, failed)) == "answered":
+                    raise  # the request is wrong: no other server is tried
             finally:
                 if self._release(index, outcome) > 1 and outcome == "cut":
                     # Said only when it happens again: a stopping run cancels healthy calls once.
