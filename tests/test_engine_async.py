@@ -183,9 +183,21 @@ def test_a_resumed_run_goes_on_at_its_own_max_concurrency(db: Path) -> None:
     from vivarium import Experiment, Run
     from vivarium.build import POLICIES, register_policy
 
-    finished: list[str] = []
-    flight, peak = [0], [0]
-    register_policy("slow_poster", lambda *_: SlowPoster(0.01, finished, flight, peak))
+    class Probe:
+        """What the test watches: it only observes the run, so it counts by its type alone
+        (the lists it fills are not inputs of the run's identity)."""
+
+        __identity__ = "type"
+
+        def __init__(self) -> None:
+            self.finished: list[str] = []
+            self.flight, self.peak = [0], [0]
+
+    probe = Probe()
+    peak = probe.peak
+    register_policy(
+        "slow_poster", lambda *_: SlowPoster(0.01, probe.finished, probe.flight, probe.peak)
+    )
     try:
         fields = {"policy": "slow_poster", "agents": 10, "steps": 3, "scheduling": "simultaneous"}
         Experiment(**fields, max_concurrency=3, checkpoint_every=1).run(db, progress=False)

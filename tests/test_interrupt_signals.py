@@ -26,17 +26,16 @@ from vivarium.types import ActionRequest
 
 
 class SignalAt:
-    """Posts each step; at step ``SIGNAL_STEP`` sends ``SIGNAL`` to this process first."""
+    """Posts each step (the signals come from the engine, see ``_signals``).
 
-    SIGNAL: int = signal.SIGINT
-    SIGNAL_STEP: int | None = 3
+    The signal is not sent by the policy itself: what a policy reads is part of its run's
+    identity (a class attribute changed between the run and its resume would be other code).
+    """
 
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
-        """Signal at the chosen step, else post."""
-        if time_step == SignalAt.SIGNAL_STEP:
-            signal.raise_signal(SignalAt.SIGNAL)
+        """Post."""
         return ActionRequest(
             run_id=run_id,
             time_step=time_step,
@@ -46,10 +45,27 @@ class SignalAt:
         )
 
 
+class _Signals:
+    """Which signal the engine sends to this process, and before which step (None: none)."""
+
+    SIGNAL: int = signal.SIGINT
+    SIGNAL_STEP: int | None = 3
+
+
 @pytest.fixture(autouse=True)
 def _defaults(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(SignalAt, "SIGNAL", signal.SIGINT)
-    monkeypatch.setattr(SignalAt, "SIGNAL_STEP", 3)
+    from vivarium.engine.engine import WorldEngine
+
+    monkeypatch.setattr(_Signals, "SIGNAL", signal.SIGINT)
+    monkeypatch.setattr(_Signals, "SIGNAL_STEP", 3)
+    original = WorldEngine.step
+
+    def step(self: WorldEngine, t: int | None = None, **kwargs: Any) -> Any:
+        if (self.next_step if t is None else t) == _Signals.SIGNAL_STEP:
+            signal.raise_signal(_Signals.SIGNAL)
+        return original(self, t, **kwargs)
+
+    monkeypatch.setattr(WorldEngine, "step", step)
     yield
 
 
@@ -83,7 +99,7 @@ def test_a_second_sigint_while_the_end_is_recorded_is_not_lost(
         _exp().run(path, progress=False)
     assert _status(path) == ("interrupted", 3)
     monkeypatch.setattr(TraceDb, "finish_run", original)
-    monkeypatch.setattr(SignalAt, "SIGNAL_STEP", None)
+    monkeypatch.setattr(_Signals, "SIGNAL_STEP", None)
     # and it resumes, as an interrupted run does
     run = Run.open(path).resume(progress=False, policy=SignalAt)
     assert run.metadata["status"] == "complete" and run.health.ok
@@ -100,7 +116,7 @@ def test_a_sigint_while_the_run_is_recorded_marks_it_interrupted(
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(TraceDb, "begin_run", begin_run)
-    monkeypatch.setattr(SignalAt, "SIGNAL_STEP", None)
+    monkeypatch.setattr(_Signals, "SIGNAL_STEP", None)
     path = tmp_path / "t.sqlite"
     with pytest.raises(KeyboardInterrupt):
         _exp().run(path, progress=False)
@@ -119,7 +135,7 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_the_handler_is_restored(
 
     previous = signal.signal(signal.SIGTERM, killed)
     try:
-        monkeypatch.setattr(SignalAt, "SIGNAL", signal.SIGTERM)
+        monkeypatch.setattr(_Signals, "SIGNAL", signal.SIGTERM)
         path = tmp_path / "t.sqlite"
         with pytest.raises(KeyboardInterrupt) as info:
             _exp().run(path, progress=False)
@@ -128,7 +144,7 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_the_handler_is_restored(
         assert signal.getsignal(signal.SIGTERM) is killed  # restored
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         # the resume is covered too, and restores them as well
-        monkeypatch.setattr(SignalAt, "SIGNAL_STEP", 5)
+        monkeypatch.setattr(_Signals, "SIGNAL_STEP", 5)
         with pytest.raises(KeyboardInterrupt):
             Run.open(path).resume(progress=False, policy=SignalAt)
         assert _status(path)[0] == "interrupted"

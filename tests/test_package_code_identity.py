@@ -142,14 +142,12 @@ def test_vvm_refuses_in_one_line(tmp_path: Path) -> None:
 
 
 class StopAt3:
-    """Posts each step, and stops the run at step 3 as Ctrl-C does."""
+    """Posts each step (the run is stopped at step 3 from outside, as Ctrl-C does)."""
 
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
-        """Post, or stop."""
-        if time_step == 3 and STOP[0]:
-            raise KeyboardInterrupt
+        """Post."""
         return ActionRequest(
             run_id=run_id,
             time_step=time_step,
@@ -159,17 +157,17 @@ class StopAt3:
         )
 
 
-STOP = [True]
+def _ctrl_c_after_step_2(step: int, record: Any) -> None:
+    if step == 2:
+        raise KeyboardInterrupt
 
 
 def test_a_resume_by_other_package_code_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite"
-    STOP[0] = True
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _exp(policy=StopAt3, steps=6, checkpoint_every=2).run(path, progress=False)
-    finally:
-        STOP[0] = False
+    with pytest.raises(KeyboardInterrupt):
+        _exp(policy=StopAt3, steps=6, checkpoint_every=2).run(
+            path, progress=False, on_step=_ctrl_c_after_step_2
+        )
     _set_code(path, OTHER)
     before = path.read_bytes()
     with pytest.raises(ConfigError, match="worlds and policies code") as info:

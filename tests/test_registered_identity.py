@@ -11,7 +11,6 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,9 +21,6 @@ from vivarium.errors import ConfigError
 from vivarium.types import ActionRequest
 
 WORD = "PIRATE"  # read by Styled.decide: a global the factory's code reaches
-# The step at which Styled stops the run, as Ctrl-C does: an object, not plain data, so that it
-# is not part of the code's digest (a plain global the code reads is: see WORD).
-STOP = SimpleNamespace(at=None)
 
 
 class Styled:
@@ -33,9 +29,7 @@ class Styled:
     def decide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
-        """Post the word, or stop the run at ``STOP_AT``."""
-        if time_step == STOP.at:
-            raise KeyboardInterrupt
+        """Post the word."""
         return ActionRequest(
             run_id=run_id,
             time_step=time_step,
@@ -57,9 +51,8 @@ def _word(monkeypatch: pytest.MonkeyPatch, word: str) -> None:
 
 @pytest.fixture
 def styled(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """``styled_t`` registered; WORD and STOP put back and the name dropped afterwards."""
+    """``styled_t`` registered; WORD put back and the name dropped afterwards."""
     monkeypatch.setattr(sys.modules[__name__], "WORD", "PIRATE")
-    monkeypatch.setattr(STOP, "at", None)
     _register()
     try:
         yield monkeypatch
@@ -107,12 +100,14 @@ def test_a_changed_factory_does_not_overwrite_the_old_trace(
 def test_a_resume_with_changed_registered_code_is_refused(
     styled: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    styled.setattr(STOP, "at", 3)
+    def ctrl_c_after_step_2(step: int, record: Any) -> None:
+        if step == 2:  # as Ctrl-C does, from outside the code under test (not part of its id)
+            raise KeyboardInterrupt
+
     path = tmp_path / "s8.sqlite"
     with pytest.raises(KeyboardInterrupt):
-        _exp(checkpoint_every=2).run(path, progress=False)
+        _exp(checkpoint_every=2).run(path, progress=False, on_step=ctrl_c_after_step_2)
     assert Run.open(path).metadata["status"] == "interrupted"
-    styled.setattr(STOP, "at", None)
     _word(styled, "NINJA")
     with pytest.raises(ConfigError, match=r"policy 'styled_t' has changed since the run") as e:
         Run.open(path).resume(progress=False)
@@ -269,17 +264,16 @@ def test_a_run_stopped_with_a_cached_gateway_resumes_in_a_new_process(tmp_path: 
     assert done == f"complete ['SPEAK LIKE A PIRATE'] {run_id}"
 
 
-def test_only_the_code_digest_names_library_objects_by_type(tmp_path: Path) -> None:
+def test_objects_that_hold_a_process_are_named_by_type_and_value_objects_by_value(
+    tmp_path: Path,
+) -> None:
     from vivarium.gateways.cache import Cassette
     from vivarium.gateways.stack import GatewaySettings
-    from vivarium.objects import fingerprint
+    from vivarium.identity import fingerprint
 
     cassette = Cassette(tmp_path / "c.cassette")
-    assert fingerprint(cassette, opaque=True) == "<vivarium.gateways.cache.Cassette>"
-    assert "_pid" in fingerprint(cassette)  # an object's own digest is what it was
-    # a library value object (a dataclass, a pydantic model) still counts by its fields
+    assert fingerprint(cassette) == "<vivarium.gateways.cache.Cassette>"
+    # a library value object (a dataclass, a pydantic model) counts by its fields
     a, b = GatewaySettings(mock=True, timeout=10), GatewaySettings(mock=True, timeout=20)
-    assert fingerprint(a, opaque=True) != fingerprint(b, opaque=True)
-    assert fingerprint(a, opaque=True) == fingerprint(
-        GatewaySettings(mock=True, timeout=10), opaque=True
-    )
+    assert fingerprint(a) != fingerprint(b)
+    assert fingerprint(a) == fingerprint(GatewaySettings(mock=True, timeout=10))

@@ -21,16 +21,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from vivarium.config import LLMConfig, add_code_digests
+from vivarium.config import LLMConfig, add_code_digests, add_identity_sources
 from vivarium.errors import ConfigError, VivariumError
-from vivarium.objects import OBJECTS, _module_text, fingerprint, suggest
-from vivarium.objects import _from_a_library as _library_code
+from vivarium.identity import digest_code, say_opaque
+from vivarium.objects import OBJECTS, current_reference, suggest
 from vivarium.plan import PlannedAgent, agent_plan, load_spec
 
 if TYPE_CHECKING:
@@ -168,6 +167,8 @@ def _boltzmann_world(
 # listed get the channel's noop/emit_event.
 RANDOM_ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "ecology": ("noop", "read_artifact", "write_artifact", "invoke_artifact", "post_message"),
+    # The world's own actions: the channel's emit_event is not one of them.
+    "boltzmann": ("noop", "give"),
 }
 
 
@@ -308,16 +309,16 @@ def register_world(name: str, factory: WorldFactory) -> None:
         factory: ``factory(config, plan, shared)`` returns the world.
     """
     WORLDS[name] = factory
-    _DIGESTS[("world", name)] = (factory, _code_digest(factory))
+    _SENT.pop(("world", name), None)
 
 
 def register_policy(name: str, factory: PolicyFactory) -> None:
     """Make ``policy=name`` available in this process (it shadows a built-in of that name).
 
-    The factory's code (see ``factory_digest``), as it is now, is part of the id of every
-    run that uses the name: a run of an edited factory is a new run, and a resume refuses one
-    that changed. Register it again after changing what it uses (as running the cell or the
-    script again does).
+    The factory's code, and every value it reads (see ``vivarium.identity``), as they are when
+    a run starts, are part of the id of every run that uses the name: a run of an edited
+    factory, or of one whose notebook globals changed, is a new run, and a resume refuses one
+    that changed.
 
     Args:
         name: The name configs use.
@@ -325,15 +326,15 @@ def register_policy(name: str, factory: PolicyFactory) -> None:
             planned agent carries its seeds (``planned_agent.seeds.agent``, ``.llm``).
     """
     POLICIES[name] = factory
-    _DIGESTS[("policy", name)] = (factory, _code_digest(factory))
+    _SENT.pop(("policy", name), None)
 
 
 # -- the code of registered factories -----------------------------------------------------------
 # A registered name says nothing of the code behind it, so its digest joins the run's identity
 # (``ExperimentConfig.code_digests``), as a class given as an object is named by its digest.
 
-_DIGESTS: dict[tuple[str, str], tuple[Any, str]] = {}
-"""(kind, name) -> (factory, digest), taken when the factory was registered (or sent)."""
+_SENT: dict[tuple[str, str], tuple[Any, str]] = {}
+"""(kind, name) -> (factory, digest) for the factories a sweep process sent to this worker."""
 
 
 def keep_sent_digest(kind: str, name: str, factory: Any, digest: str) -> None:
@@ -349,22 +350,16 @@ def keep_sent_digest(kind: str, name: str, factory: Any, digest: str) -> None:
         factory: The factory registered under it in this process.
         digest: Its digest in the sweep process (``factory_digest``).
     """
-    _DIGESTS[(kind, name)] = (factory, digest)
+    _SENT[(kind, name)] = (factory, digest)
 
 
 def factory_digest(kind: str, name: str, factory: Any) -> str:
-    """The digest of a registered factory's code, and of the code and plain data it uses.
+    """The digest of a registered factory's code and of every value it reads, as they are now.
 
-    The factory is digested as a class or factory given as an object is (its module's source
-    file, its bytecode, closures and defaults: ``vivarium.objects``), and so is, as far as can
-    be followed, what it reaches through its module's globals: the classes and functions of
-    user code it calls (their code and closures), and the plain values (numbers, texts, and
-    containers of them) any of them reads, such as a prompt word set from ``sys.argv``. Library
-    code is named by its module, as everywhere; other objects (a client, a model) are left out.
-
-    The digest is taken when the factory is registered, as an object's is when it is named:
-    what it closes over may change as runs go (a counter, a list of results) without making
-    it another policy, and a resume then finds the code it recorded.
+    See ``vivarium.identity``: the factory's code, what it reaches (the classes and functions
+    it calls, their closures and defaults) and every module-level value any of them reads,
+    by value. Taken when a run starts (once per ``identity.snapshot``), so a global changed
+    after registering (a notebook cell run again) names a new run.
 
     Args:
         kind: ``"world"`` or ``"policy"``.
@@ -374,129 +369,31 @@ def factory_digest(kind: str, name: str, factory: Any) -> str:
     Returns:
         16 hex digits.
     """
-    known = _DIGESTS.get((kind, name))
-    if known is not None and known[0] is factory:
-        return known[1]
-    digest = _code_digest(factory)  # put in the table by hand: taken at its first use
-    _DIGESTS[(kind, name)] = (factory, digest)
-    return digest
+    sent = _SENT.get((kind, name))
+    if sent is not None and sent[0] is factory:
+        return sent[1]
+    found = digest_code(factory)
+    say_opaque(f"{kind} '{name}'", found, stacklevel=5)
+    return found.digest
 
 
-def _code_digest(factory: Any) -> str:
-    """The digest ``factory_digest`` describes, of the factory as it is now.
-
-    The source file of its module, then the fingerprints (``vivarium.objects.fingerprint``)
-    of the factory (a function's closures and defaults included, a partial's arguments) and
-    of what it reaches, with the names of user modules taken out of them: a module imported
-    as ``tests.helpers`` in one process and ``helpers`` in another is the same code. An
-    instance of a library class it holds (a gateway stack, a client) is named by its type
-    (``fingerprint(..., opaque=True)``): its state differs per process (a cassette's process
-    id, a connection), so a script run again, or a resume in a new process, finds its run id.
-    """
-    target = factory.func if isinstance(factory, functools.partial) else factory
-    modules = {str(getattr(target, "__module__", "") or "")}
-    parts = [fingerprint(target, opaque=True)]
-    if isinstance(factory, functools.partial):
-        parts.append(fingerprint((factory.args, factory.keywords), opaque=True))
-    parts += [f"{key}={text}" for key, text in sorted(_reached_globals(factory, modules).items())]
-    text = "\n".join(parts)
-    for module in sorted(modules - {""}, key=len, reverse=True):
-        text = text.replace(f"class({module}.", "class(").replace(f"<{module}.", "<")
-    h = hashlib.sha256(_module_text(target) or b"")
-    h.update(text.encode())
-    return h.hexdigest()[:16]
+def registered_opaque(config: ExperimentConfig) -> tuple[str, ...]:
+    """What the registered factories ``config`` uses read that cannot be digested."""
+    out: list[str] = []
+    for kind, name, table in _used_names(config):
+        factory = table.get(name)
+        if factory is not None and (kind, name) not in _SENT:
+            out += [f"{kind} '{name}': {p}" for p in digest_code(factory).opaque]
+    return tuple(out)
 
 
-_PLAIN = (type(None), bool, int, float, complex, str, bytes)
-
-
-def _plain(value: Any, depth: int = 0) -> bool:
-    """Whether ``value`` is plain data: a number, a text, or a small container of them."""
-    if isinstance(value, _PLAIN):
-        return True
-    if depth > 4 or not isinstance(value, list | tuple | set | frozenset | dict):
-        return False
-    items = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
-    return len(items) <= 10_000 and all(_plain(v, depth + 1) for v in items)
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    """Every global name ``code`` and the code nested in it (lambdas, comprehensions) read."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
-
-
-def _library(obj: Any) -> bool:
-    """Whether ``obj`` is library code (never what ``__main__`` defines).
-
-    A notebook's cell or a script is user code even when ``__main__`` is an installed tool's
-    file (``python -m pytest``), which ``vivarium.objects`` would count as a library.
-    """
-    return getattr(obj, "__module__", None) != "__main__" and _library_code(obj)
-
-
-def _reached_globals(root: Any, modules: set[str]) -> dict[str, str]:
-    """``qualname.name`` -> fingerprint of each user-code global and plain value ``root`` reaches.
-
-    ``modules`` receives the names of the user modules passed through.
-    """
-    found: dict[str, str] = {}
-    seen: set[int] = set()
-
-    def visit(obj: Any, depth: int) -> None:
-        if depth > 8 or id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, functools.partial):
-            visit(obj.func, depth + 1)
-            return
-        obj = getattr(obj, "__func__", obj)  # a bound method, a staticmethod, a classmethod
-        if isinstance(obj, property):
-            for part in (obj.fget, obj.fset, obj.fdel):
-                if part is not None:
-                    visit(part, depth + 1)
-            return
-        if isinstance(obj, type):
-            if _library(obj):
-                return
-            modules.add(obj.__module__)
-            for value in vars(obj).values():
-                if callable(value) or isinstance(value, staticmethod | classmethod | property):
-                    visit(value, depth + 1)
-            for base in obj.__bases__:
-                visit(base, depth + 1)
-            return
-        if not inspect.isfunction(obj):
-            if callable(obj) and not isinstance(obj, types.BuiltinFunctionType):
-                visit(type(obj), depth + 1)  # a callable instance: its class's code
-            return
-        if _library(obj):
-            return
-        modules.add(str(obj.__globals__.get("__name__", "")))
-        for name in sorted(_code_names(obj.__code__)):
-            if name not in obj.__globals__:
-                continue
-            value = obj.__globals__[name]
-            key = f"{obj.__qualname__}.{name}"
-            if _plain(value):
-                found.setdefault(key, fingerprint(value, opaque=True))
-            elif inspect.isfunction(value) or isinstance(value, type | functools.partial):
-                if not _library(getattr(value, "func", value)):
-                    found.setdefault(key, fingerprint(value, opaque=True))
-                visit(value, depth + 1)
-        for cell in obj.__closure__ or ():
-            try:
-                content = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            if callable(content):
-                visit(content, depth + 1)
-
-    visit(root, 0)
-    return found
+def _used_names(config: ExperimentConfig) -> list[tuple[str, str, Mapping[str, Any]]]:
+    used: list[tuple[str, str, Mapping[str, Any]]] = [("world", config.world, WORLDS)]
+    if isinstance(config.agents, list):
+        used += [("policy", group.policy, POLICIES) for group in config.agents]
+    else:
+        used.append(("policy", config.policy, POLICIES))
+    return used
 
 
 def registered_digests(config: ExperimentConfig) -> dict[str, str]:
@@ -509,20 +406,74 @@ def registered_digests(config: ExperimentConfig) -> dict[str, str]:
         ``{"world:<name>": digest, "policy:<name>": digest}`` for the names registered in
         this process (built-in names and objects are not: an object's name holds its digest).
     """
-    used = [("world", config.world, WORLDS)]
-    if isinstance(config.agents, list):
-        used += [("policy", group.policy, POLICIES) for group in config.agents]
-    else:
-        used.append(("policy", config.policy, POLICIES))
     found = {}
-    for kind, name, table in used:
+    for kind, name, table in _used_names(config):
         factory = table.get(name)
         if factory is not None:
             found[f"{kind}:{name}"] = factory_digest(kind, name, factory)
     return found
 
 
+def reporter_digests(config: ExperimentConfig) -> dict[str, str]:
+    """The digest of each experiment reporter in force (``Experiment(model_reporters=...)``).
+
+    A reporter's values are in the trace, so its code (and what it reads) is part of the run's
+    identity, as a world's own reporters are through the world's class. Only runs that have
+    some say so. A sweep's worker uses the digests the sweep process sent.
+    """
+    from vivarium.engine.reporters import active_reporters, sent_reporter_digests
+
+    sent = sent_reporter_digests()
+    if sent is not None:
+        return dict(sent)
+    active = active_reporters()
+    if not active:
+        return {}
+    out = {}
+    for kind, table in zip(("model", "agent"), active, strict=True):
+        for name, reporter in sorted(table.items()):
+            found = digest_code(reporter)
+            say_opaque(f"{kind}_reporters['{name}']", found, stacklevel=5)
+            out[f"reporter:{kind}:{name}"] = found.digest
+    return out
+
+
+def _reporters_opaque() -> tuple[str, ...]:
+    from vivarium.engine.reporters import active_reporters, sent_reporter_digests
+
+    active = active_reporters()
+    if not active or sent_reporter_digests() is not None:
+        return ()
+    return tuple(
+        f"{kind}_reporters['{name}']: {phrase}"
+        for kind, table in zip(("model", "agent"), active, strict=True)
+        for name, reporter in sorted(table.items())
+        for phrase in digest_code(reporter).opaque
+    )
+
+
+def opaque_inputs(config: ExperimentConfig) -> tuple[str, ...]:
+    """What the user code ``config`` uses reads that cannot be digested (``vivarium.identity``).
+
+    Its objects, its registered factories and the experiment's reporters, one phrase each.
+    """
+    from vivarium.objects import display_name
+    from vivarium.objects import opaque_inputs as object_opaque
+
+    names = [config.world, config.policy]
+    if isinstance(config.agents, list):
+        names += [group.policy for group in config.agents]
+    out = [
+        f"{display_name(name)}: {phrase}"
+        for name in dict.fromkeys(names)
+        for phrase in object_opaque(name)
+    ]
+    return (*out, *registered_opaque(config), *_reporters_opaque())
+
+
 add_code_digests(registered_digests)
+add_code_digests(reporter_digests)
+add_identity_sources(current_reference, opaque_inputs)
 
 
 # -- the code of the built-in worlds and policies ------------------------------------------------
@@ -564,7 +515,7 @@ def package_code_digest() -> str:
 
 
 def changed_code(recorded: Mapping[str, str], config: ExperimentConfig) -> str | None:
-    """The registered world or policy whose code differs from what a run recorded, if any.
+    """The registered world or policy (or reporter) whose code differs from what a run recorded.
 
     Args:
         recorded: The run's recorded ``code_digests``.
@@ -574,10 +525,18 @@ def changed_code(recorded: Mapping[str, str], config: ExperimentConfig) -> str |
         ``"policy 'name'"`` for the first changed one, or None (a name no longer registered is
         left to ``check_names``, which says so).
     """
-    current = registered_digests(config)
+    if config.input_files:  # declared input files: their content as recorded
+        now = config.current_input_digests()
+        for path in config.input_files:
+            if config.input_digests.get(path) not in (None, now.get(path)):
+                return f"input file {path}"
+    current = config.current_code_digests()
     for key, digest in sorted(recorded.items()):
         if key in current and current[key] != digest:
             kind, _, name = key.partition(":")
+            if kind == "reporter":
+                which, _, name = name.partition(":")
+                return f"{which}_reporters['{name}']"
             return f"{kind} '{name}'"
     return None
 

@@ -15,6 +15,9 @@ from typing import Any, NoReturn
 
 from vivarium.errors import (
     ConfigError,
+    IdentityWarning,
+    OverrideWarning,
+    ResumedWarning,
     RunHealthWarning,
     RunInterrupted,
     TracePathWarning,
@@ -100,7 +103,7 @@ def _add_run_flags(
         type=_positive("--checkpoint-every"),
         default=None,
         metavar="K",
-        help="save world and agent state every K steps, for `vvm resume`",
+        help="save world and agent state every K steps: a resume then re-executes fewer steps",
     )
 
 
@@ -293,6 +296,10 @@ def _set_api_base(exp: Any, value: str, path: Path) -> None:
         exp.config.llm.api_base = value
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc, "--api-base")) from None
+    if exp.config.llm.uses_mock:  # the mock calls no server: say so, never ignore it silently
+        from vivarium.config import unused_server_note
+
+        warnings.warn(unused_server_note(exp.config.llm.api_bases), OverrideWarning, stacklevel=2)
 
 
 def _refer_sectioned(path: Path) -> None:
@@ -554,7 +561,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     for path in args.db:
         report = validate_trace(path)
         print("\n".join(report.lines()))
-        worst = max(worst, {"ok": 0, "incomplete": 3, "corrupt": 1}[report.status])
+        worst = max(worst, {"ok": 0, "incomplete": 3, "running": 3, "corrupt": 1}[report.status])
     return worst
 
 
@@ -713,7 +720,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_after_run_flags(pe)
     pe.set_defaults(func=_cmd_experiment)
 
-    pz = sub.add_parser("resume", help="finish an interrupted run from its last checkpoint")
+    pz = sub.add_parser(
+        "resume", help="finish an interrupted run where it stopped, as if it never had"
+    )
     pz.add_argument("db", type=Path, help="trace file of the interrupted run")
     pz.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_after_run_flags(pz)
@@ -771,7 +780,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pv = sub.add_parser(
         "validate",
-        help="check traces: complete, numbered, hash chain intact (exit 0 ok, 1 corrupt, 3 incomplete)",
+        help=(
+            "check traces: complete, numbered, hash chain intact "
+            "(exit 0 ok, 1 corrupt, 3 incomplete or still being written)"
+        ),
     )
     pv.add_argument("db", type=Path, nargs="+", help="trace file(s)")
     pv.set_defaults(func=_cmd_validate)
@@ -791,11 +803,16 @@ def _note_trace_path(
 ) -> None:
     """Show a ``TracePathWarning`` as one stderr line (where the trace went); others as usual.
 
-    A ``ServerWarning`` (a server of several failed) is one line too.
+    A ``ServerWarning`` (a server of several failed), an ``OverrideWarning`` (the mock now
+    answers, or a model), an ``IdentityWarning`` and a ``ResumedWarning`` (``vvm run`` again
+    went on with its own interrupted trace) are one line too.
     """
     from vivarium.gateways.servers import ServerWarning
 
-    if issubclass(category, TracePathWarning | ServerWarning):
+    if issubclass(
+        category,
+        TracePathWarning | ServerWarning | OverrideWarning | IdentityWarning | ResumedWarning,
+    ):
         print(f"vvm {command}: note: {message}", file=sys.stderr)
     else:
         fallback(message, category, filename, lineno, file, line)

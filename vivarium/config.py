@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -42,7 +44,15 @@ LLM_TRANSPORT_FIELDS = frozenset(
 CodeDigests = Callable[["ExperimentConfig"], dict[str, str]]
 """``source(config)``: ``{"policy:<name>": digest}`` for the registered code a config uses."""
 
+References = Callable[[str], str]
+"""``resolve(name)``: a world or policy name as the run's identity names it (see below)."""
+
+OpaqueInputs = Callable[["ExperimentConfig"], tuple[str, ...]]
+"""``source(config)``: what the user code a config uses reads that cannot be digested."""
+
 _CODE_DIGESTS: list[CodeDigests] = []
+_REFERENCES: list[References] = []
+_OPAQUE: list[OpaqueInputs] = []
 
 
 def add_code_digests(source: CodeDigests) -> None:
@@ -59,6 +69,30 @@ def add_code_digests(source: CodeDigests) -> None:
     """
     if source not in _CODE_DIGESTS:
         _CODE_DIGESTS.append(source)
+
+
+def add_identity_sources(references: References, opaque: OpaqueInputs) -> None:
+    """Let the layer that knows user objects name them in run ids as they are when a run starts.
+
+    ``references`` maps an object's reference (``module.qualname@digest``, taken when it was
+    given) to its reference now (a notebook global it reads may have changed since);
+    ``opaque`` says what the config's user code reads that cannot be digested (such a run's
+    identity says so, and a stored result of it is never reused). See ``vivarium.identity``.
+
+    Args:
+        references: ``resolve(name) -> name``.
+        opaque: ``source(config) -> phrases``.
+    """
+    if references not in _REFERENCES:
+        _REFERENCES.append(references)
+    if opaque not in _OPAQUE:
+        _OPAQUE.append(opaque)
+
+
+def _resolved(name: str) -> str:
+    for resolve in _REFERENCES:
+        name = resolve(name)
+    return name
 
 
 def _check_server_url(url: str) -> None:
@@ -278,6 +312,26 @@ class ExperimentConfig(BaseModel):
         description="digest of the code of each registered world and policy the run uses "
         "(policy:<name>), as recorded with a run (set by Vivarium)",
     )
+    inputs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="values the run depends on that Vivarium cannot see (a data version, a "
+        "setting read from the environment): part of the run's identity",
+    )
+    input_files: list[str] = Field(
+        default_factory=list,
+        description="files or folders the run reads at run time: their content is part of the "
+        "run's identity",
+    )
+    input_digests: dict[str, str] = Field(
+        default_factory=dict,
+        description="SHA-256 of each input file's content, as recorded with a run (set by "
+        "Vivarium)",
+    )
+    opaque_inputs: list[str] = Field(
+        default_factory=list,
+        description="what the run's user code reads that cannot be digested, as recorded with "
+        "a run (set by Vivarium): a stored result of such a run is never reused",
+    )
     checkpoint_every: int | None = Field(
         default=None, ge=1, description="save world and agent state every K steps (resume)"
     )
@@ -312,6 +366,27 @@ class ExperimentConfig(BaseModel):
         default=None, description="folder relative agent paths are resolved from (the config's)"
     )
     llm: LLMConfig | None = None
+
+    @field_validator("inputs")
+    @classmethod
+    def _plain_inputs(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Declared inputs are recorded with the run: plain JSON values only."""
+
+        def plain_only(item: Any) -> Any:
+            if type(item).__module__.startswith("numpy") and hasattr(item, "tolist"):
+                return item.tolist()
+            raise TypeError
+
+        for key, item in value.items():
+            try:
+                json.dumps(item, default=plain_only)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"{key}: {type(item).__name__} is not a plain value (numbers, text, lists "
+                    "and dicts of them); declare what it stands for, such as a version or a "
+                    "file in input_files"
+                ) from None
+        return value
 
     @field_validator("agents")
     @classmethod
@@ -348,15 +423,59 @@ class ExperimentConfig(BaseModel):
             identity only, each agent folder's current digest, ``enabled: false`` on the
             groups left out, ``policy_options`` only where some are given, and the current
             ``code_digests`` of registered worlds and policies only where the run uses some.
+            Worlds and policies given as objects are named as they are now (their code and
+            the values it reads: ``vivarium.identity``); declared ``inputs`` as given and
+            ``input_files`` by their content, only where some are declared; and
+            ``opaque_inputs``, what user code reads that cannot be digested, only where there
+            is some (a stored result of such a run is never reused).
         """
         data = self.model_dump(
-            exclude={"db", "run_id", "llm", "base_dir", "max_concurrency", "code_digests"}
+            exclude={
+                "db",
+                "run_id",
+                "llm",
+                "base_dir",
+                "max_concurrency",
+                "code_digests",
+                "input_digests",
+                "opaque_inputs",
+            }
         )
+        # User code given as objects: named as it is now (the values it reads included).
+        data["world"] = _resolved(self.world)
+        data["policy"] = _resolved(self.policy)
         # Registered code decides the run as much as the config does; only runs that use some
         # say so, and every other run keeps its id.
         digests = self.current_code_digests()
         if digests:
             data["code_digests"] = digests
+        # Declared inputs, and what user code reads that cannot be digested: only runs that
+        # have some say so (every other run keeps its id).
+        if not data["inputs"]:
+            del data["inputs"]
+        if self.input_files:
+            data["input_digests"] = self.current_input_digests()
+        else:
+            del data["input_files"]
+        # Options JSON cannot hold (a function, a set, an object): named by their digest, as
+        # user code is, never by ``str`` (an address that changes with each process).
+        options_opaque: list[str] = []
+        data["world_options"] = recorded_options(
+            self.world_options, "world_options", options_opaque
+        )
+        data["policy_options"] = recorded_options(
+            self.policy_options, "policy_options", options_opaque
+        )
+        if isinstance(self.agents, list):
+            for i, (group, dumped) in enumerate(zip(self.agents, data["agents"], strict=True)):
+                dumped["policy_options"] = recorded_options(
+                    group.policy_options, f"agents.{i}.policy_options", options_opaque
+                )
+        # (a sweep's worker cannot digest what it received: it keeps what the sweep found)
+        found = {phrase for source in _OPAQUE for phrase in source(self)}
+        opaque = sorted(found | set(self.opaque_inputs) | set(options_opaque))
+        if opaque:
+            data["opaque_inputs"] = opaque
         # Policy options are newer than most recorded runs: only runs that give some say so,
         # and every other run keeps its id.
         if not data["policy_options"]:
@@ -366,6 +485,7 @@ class ExperimentConfig(BaseModel):
         if isinstance(self.agents, list):
             # What an agent folder holds decides the run as much as the config does.
             for group, dumped in zip(self.agents, data["agents"], strict=True):
+                dumped["policy"] = _resolved(group.policy)
                 dumped["spec_digest"] = self.agent_spec_digest(group)
                 # Only a group left out says so: the run ids of other runs stay what they were.
                 del dumped["enabled"]
@@ -374,6 +494,12 @@ class ExperimentConfig(BaseModel):
                 if not self.group_enabled(group):
                     dumped["enabled"] = False
         return data
+
+    def current_input_digests(self) -> dict[str, str]:
+        """The content digest of each declared input file, as it is now (``input_files``)."""
+        from vivarium.identity import digest_files
+
+        return digest_files(self.input_files, self.base_dir)
 
     def current_code_digests(self) -> dict[str, str]:
         """The digest of each registered world and policy the config uses, as it is now."""
@@ -405,6 +531,272 @@ class ExperimentConfig(BaseModel):
         from vivarium.seeding import canonical_json, derive_run_id
 
         return self.run_id or derive_run_id(self.name, canonical_json(self.identity()))
+
+
+OPTION_OBJECTS: dict[str, Any] = {}
+"""Option values JSON cannot hold, given in this process, by the text a run records for them."""
+
+_OPTION_TEXT = re.compile(r"^<python (?P<name>[^@<>]+)@[0-9a-f]{16}>$")
+
+
+def _plain(value: Any) -> bool:
+    """Whether JSON records ``value`` as it is (a numpy value as its Python value)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if type(value).__module__.startswith("numpy") and hasattr(value, "tolist"):
+        return _plain(value.tolist())
+    if type(value) in (list, tuple):
+        return all(_plain(item) for item in value)
+    if type(value) is dict:
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _option_name(value: Any) -> str:
+    target = value.func if isinstance(value, functools.partial) else value
+    if isinstance(target, type) or callable(target) and hasattr(target, "__qualname__"):
+        return str(getattr(target, "__qualname__", type(target).__qualname__))
+    return type(value).__qualname__
+
+
+def recorded_options(options: dict[str, Any], where: str, opaque: list[str]) -> dict[str, Any]:
+    """``world_options`` / ``policy_options`` as a run records them and its identity digests.
+
+    Plain data is recorded as it is. A value JSON cannot hold as it is (a function, a class, a
+    set, a dict with other than text keys, an object) would be recorded as its ``str``: a
+    memory address that changes with each process and not with the function's code or the
+    values it reads. It is recorded instead as ``<python NAME@DIGEST>``, the digest of its
+    code and of what it reads, by value (``vivarium.identity``), and kept in ``OPTION_OBJECTS``
+    under that text, so that a resume in this process gets the object back
+    (``restore_option_objects``).
+
+    Args:
+        options: The options as given.
+        where: Their field (``world_options``), for messages.
+        opaque: Receives what cannot be digested, one phrase each.
+
+    Returns:
+        ``options`` itself when all of it is plain data (every such run keeps its id), else a
+        copy with each other value replaced by its text.
+    """
+    if _plain(options):
+        return options
+    return {k: _recorded_option(v, f"{where}.{k}", opaque) for k, v in options.items()}
+
+
+def _recorded_option(value: Any, where: str, opaque: list[str]) -> Any:
+    if _plain(value):
+        return value
+    if type(value) in (list, tuple):
+        return [_recorded_option(v, f"{where}[{i}]", opaque) for i, v in enumerate(value)]
+    if type(value) is dict and all(isinstance(k, str) for k in value):
+        return {k: _recorded_option(v, f"{where}.{k}", opaque) for k, v in value.items()}
+    from vivarium.identity import digest_code, say_opaque
+
+    found = digest_code(value, value=True)
+    say_opaque(where, found, stacklevel=6)
+    opaque += [f"{where}: {phrase}" for phrase in found.opaque]
+    text = f"<python {_option_name(value)}@{found.digest}>"
+    OPTION_OBJECTS[text] = value
+    return text
+
+
+def restore_option_objects(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A recorded config's data with the option objects it names given back (see above).
+
+    Args:
+        data: A recorded config (``runs.config_json``), as a resume rebuilds the run from it.
+        where: What an error message starts with (``resume <trace>``).
+
+    Returns:
+        ``data``, with each ``<python NAME@DIGEST>`` option replaced by its object.
+
+    Raises:
+        ConfigError: An object this process was not given (one line: where to resume).
+    """
+
+    def back(value: Any, path: str) -> Any:
+        if isinstance(value, str):
+            found = _OPTION_TEXT.match(value)
+            if found is None:
+                return value
+            if value in OPTION_OBJECTS:
+                return OPTION_OBJECTS[value]
+            raise ConfigError(
+                f"{where}: {path} was given as a Python object ({found['name']}), which this "
+                "process does not have (or has changed since): resume it in the process that "
+                "gave it (a notebook: run its cells again, then the run), or give the world "
+                "the object itself, world=functools.partial(MyWorld, ...)"
+            )
+        if isinstance(value, list):
+            return [back(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            return {k: back(v, f"{path}.{k}") for k, v in value.items()}
+        return value
+
+    out = dict(data)
+    for key in ("world_options", "policy_options"):
+        if isinstance(out.get(key), dict):
+            out[key] = back(out[key], key)
+    if isinstance(out.get("agents"), list):
+        out["agents"] = [
+            {**g, "policy_options": back(g["policy_options"], f"agents.{i}.policy_options")}
+            if isinstance(g, dict) and isinstance(g.get("policy_options"), dict)
+            else g
+            for i, g in enumerate(out["agents"])
+        ]
+    return out
+
+
+def non_plain_options(config: ExperimentConfig) -> list[str]:
+    """Where ``config``'s options hold values JSON cannot hold (``world_options.rule``)."""
+    found: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if _plain(value):
+            return
+        if type(value) in (list, tuple):
+            for i, v in enumerate(value):
+                walk(v, f"{path}[{i}]")
+        elif type(value) is dict and all(isinstance(k, str) for k in value):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}")
+        else:
+            found.append(f"{path} ({_option_name(value)})")
+
+    walk(config.world_options, "world_options")
+    walk(config.policy_options, "policy_options")
+    if isinstance(config.agents, list):
+        for i, group in enumerate(config.agents):
+            walk(group.policy_options, f"agents.{i}.policy_options")
+    return found
+
+
+def merge_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` on top, merged the same way at every entry point.
+
+    A mapping given for a field that is a mapping (``llm``, ``autonomous``, ``world_options``,
+    ``policy_options``, ``inputs``) sets the keys it names and keeps the others, at every
+    depth: ``llm={"temperature": 0.7}`` changes the temperature of the model the config names
+    instead of dropping its model and server (and answering from the mock). Anything else (a
+    number, a list, ``None``) replaces the field. The constructor, ``from_file``, ``vvm``
+    flags, the panel and sweep axes all go through here.
+
+    An override that names a model but says nothing of ``mock`` is a request for that model:
+    a ``mock: true`` inherited from the base gives way (``llm_switch`` says so).
+
+    Args:
+        base: The fields as they are (a config's ``model_dump``, a file's mapping).
+        overrides: The fields given.
+
+    Returns:
+        The merged fields (``base`` is not changed).
+    """
+    out = dict(base)
+    for key, value in overrides.items():
+        old = out.get(key)
+        if key == "agents" and "policy" not in overrides:
+            _check_groups_kept(old, value)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            merged = merge_overrides(old, value)
+            if (
+                key == "llm"
+                and "model" in value
+                and "mock" not in value
+                and value["model"] != "mock"
+            ):
+                merged["mock"] = False  # the model asked for answers, not the base's mock
+            out[key] = merged
+        else:
+            out[key] = value
+    return out
+
+
+def _check_groups_kept(groups: Any, count: Any) -> None:
+    """Refuse a number of agents given over agent groups (``--agents 10`` on a groups config).
+
+    It would replace the groups with that many agents of the config's ``policy`` (random by
+    default): the LLM agents, the workflow agents and their folders gone, and a run of random
+    agents in their place that reports nothing wrong. Giving ``policy`` too says that is meant.
+
+    Raises:
+        ConfigError: ``groups`` is a list of agent groups and ``count`` a number (one line).
+    """
+    if not isinstance(groups, list) or not groups:
+        return
+    if not isinstance(count, int) or isinstance(count, bool):
+        return
+
+    def field(group: Any, name: str, default: Any) -> Any:
+        got = group.get(name) if isinstance(group, Mapping) else getattr(group, name, None)
+        return default if got is None else got
+
+    def label(group: Any) -> str:
+        name = str(field(group, "agent", "") or field(group, "policy", "random"))
+        name = name.rpartition("@")[0].rsplit(".", 1)[-1] if "@" in name else name
+        return f"{name} x{field(group, 'count', 1)}"
+
+    kinds = ", ".join(label(g) for g in groups[:4]) + (", ..." if len(groups) > 4 else "")
+    raise ConfigError(
+        f"agents: the config gives agent groups ({kinds}); a number ({count}) would replace "
+        "them with that many agents of its policy: set each group's count instead "
+        "(agents=[{...}, ...]), or give policy= too to replace the groups"
+    )
+
+
+def _answerer(llm: Any) -> str | None:
+    """Who answers a config's LLM calls: ``"mock"``, the model's name, or None (no LLM)."""
+    if llm is None:
+        return None
+    if isinstance(llm, LLMConfig):
+        return "mock" if llm.uses_mock else llm.model
+    if isinstance(llm, Mapping):
+        model = str(llm.get("model", "mock"))
+        return "mock" if llm.get("mock") or model == "mock" else model
+    return None
+
+
+def _servers(llm: Any) -> tuple[str, ...]:
+    """The servers an ``llm`` section names (an ``LLMConfig`` or a mapping), as a tuple."""
+    if llm is None:
+        return ()
+    value = llm.get("api_base") if isinstance(llm, Mapping) else getattr(llm, "api_base", None)
+    if not value:
+        return ()
+    urls = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(str(u).strip() for u in urls if str(u).strip())
+
+
+def unused_server_note(servers: tuple[str, ...] | list[str]) -> str:
+    """The note for a server given to a run that the mock answers (it is never called)."""
+    return (
+        f"llm: api_base {', '.join(servers)} is not used: the deterministic mock answers "
+        "(the config says mock: true, or model: mock); name the model and set mock: false "
+        "to call the server"
+    )
+
+
+def llm_switch(before: Any, after: Any) -> str | None:
+    """The note for overrides that moved a config's LLM calls from the mock to a model, or back.
+
+    Args:
+        before: The base's ``llm`` (an ``LLMConfig``, a mapping or None).
+        after: The ``llm`` that will run.
+
+    Returns:
+        ``llm: the deterministic mock now answers instead of openai/x`` (or the reverse);
+        ``llm: api_base URL is not used: the deterministic mock answers ...`` when the
+        overrides gave a server to a run the mock answers; or None when both are the mock,
+        both are models, or either has no LLM.
+    """
+    was, now = _answerer(before), _answerer(after)
+    if now == "mock" and _servers(after) and _servers(after) != _servers(before):
+        return unused_server_note(_servers(after))
+    if was is None or now is None or (was == "mock") == (now == "mock"):
+        return None
+    if now == "mock":
+        return f"llm: the deterministic mock now answers instead of {was} (an override set it)"
+    return f"llm: {now} now answers instead of the deterministic mock (an override set it)"
 
 
 def describe_errors(exc: ValidationError, where: str = "config") -> str:

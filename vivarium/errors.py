@@ -14,8 +14,11 @@ The tree (``module:`` where a class is not defined here)::
     │   ├── ConfigError (ValueError)       a config, flag or argument is invalid
     │   │   ├── UnsafeExpression           sandbox: text uses a construct not allowed
     │   │   │                              (vivarium.sandbox.limits)
-    │   │   └── ReporterError              a reporter raised or returned what cannot be
-    │   │                                  recorded (vivarium.engine.reporters)
+    │   │   ├── ReporterError              a reporter raised or returned what cannot be
+    │   │   │                              recorded (vivarium.engine.reporters)
+    │   │   └── UnrecordableValue          a decision's arguments, metadata or result hold a
+    │   │                                  value the trace cannot record as it is
+    │   │                                  (vivarium.trace.values)
     │   ├── EvaluationError (ValueError)   sandbox: allowed text failed while running
     │   │                                  (vivarium.sandbox.limits)
     │   ├── TransitionError (ValueError)   a state change the workflow does not allow
@@ -29,6 +32,12 @@ The tree (``module:`` where a class is not defined here)::
     │   │   │                              LLMCallError; vivarium.gateways.base)
     │   │   ├── CacheMissError             replay found no recorded reply (also an
     │   │   │                              LLMCallError; vivarium.gateways.cache)
+    │   │   ├── CassetteMixError           a run would store one provider's replies in a
+    │   │   │                              cassette of another's (also a CassetteError;
+    │   │   │                              vivarium.gateways.cache)
+    │   │   ├── CallDiverged               a resume re-executed a committed step and asked
+    │   │   │                              what the trace never recorded
+    │   │   │                              (vivarium.gateways.recorded)
     │   │   ├── AgentTimeoutMismatch       a recorded timeout the replay cannot repeat (also
     │   │   │                              an LLMCallError; vivarium.gateways.cache)
     │   │   └── ReplayedAgentTimeout       a recorded agent timeout, replayed (also a
@@ -40,6 +49,8 @@ The tree (``module:`` where a class is not defined here)::
     │   │   └── AgentTimeoutCall           a call cancelled at the agent timeout, as stored
     │   │                                  (vivarium.gateways.cache)
     │   ├── RunInterrupted                 a run stopped by its infrastructure; resumable
+    │   ├── ResumeDiverged                 a resume re-executed a committed step to another
+    │   │                                  state: the run is not reproducible; nothing changed
     │   ├── RunAborted                     a decision failed in a way that stops the run
     │   │                                  (vivarium.engine.deciding)
     │   ├── EventCapReached                an autonomous run hit its event cap
@@ -58,6 +69,10 @@ The tree (``module:`` where a class is not defined here)::
     ├── RunHealthWarning                   a run finished but is not a clean result
     ├── TracePathWarning                   a trace went elsewhere than its default path
     ├── SweepWarning                       some runs of a sweep failed
+    ├── IdentityWarning                    user code reads a value that cannot be digested
+    ├── OverrideWarning                    an override switched the LLM from mock to real or back
+    ├── ResumedWarning                     a run call found its own interrupted trace and
+    │                                      resumed it instead of starting over
     └── ServerWarning                      a server of a list cannot be used; its calls go
                                            to the others (vivarium.gateways.servers)
 
@@ -71,8 +86,12 @@ import re
 
 __all__ = [
     "ConfigError",
+    "IdentityWarning",
     "MissingDependency",
+    "OverrideWarning",
     "RunHealthWarning",
+    "ResumeDiverged",
+    "ResumedWarning",
     "RunInterrupted",
     "RunStoppingError",
     "SweepFailed",
@@ -171,6 +190,27 @@ class RunInterrupted(VivariumError):
         self.path = path
 
 
+class ResumeDiverged(VivariumError):
+    """A resume re-executed a step the run committed and reached another state than recorded.
+
+    A resume rebuilds the run's state by re-executing its committed steps (answering their
+    LLM calls from the trace) and checks each step's state hash against the recorded one. A
+    mismatch means the run cannot be reproduced from its inputs (code or data it reads changed,
+    or it draws randomness it does not own), so going on would join two different runs in one
+    trace: the resume is refused and the trace left as it was.
+
+    Attributes:
+        step: The step whose re-execution differs.
+        record: What the re-execution produced (a ``StepRecord``), for saying what differs.
+    """
+
+    def __init__(self, message: str, *, step: int, record: object = None) -> None:
+        """Say what differs at ``step``; see the class attributes."""
+        super().__init__(message)
+        self.step = step
+        self.record = record
+
+
 class RunHealthWarning(UserWarning):
     """A run finished but is not a clean result (see ``Run.health``).
 
@@ -206,4 +246,30 @@ class SweepWarning(UserWarning):
     """Some runs of a sweep failed: the merged frames hold only the complete runs.
 
     The message gives the count and the first error; ``Sweep.failed`` lists them all.
+    """
+
+
+class IdentityWarning(UserWarning):
+    """User code reads a value Vivarium cannot digest into the run's identity.
+
+    Said once per value and process (see ``vivarium.identity``): a stored run of that code is
+    never reused, since nothing tells whether the value changed.
+    """
+
+
+class OverrideWarning(UserWarning):
+    """An override changed what answers the run's LLM calls: the mock instead of a model, or back.
+
+    The message names the model before and after, so a run never answers from the mock while
+    its user believes a model did (or the reverse).
+    """
+
+
+class ResumedWarning(UserWarning):
+    """A run call found an interrupted trace of this same run and went on from where it stopped.
+
+    Calling ``Experiment.run()`` again after Ctrl-C (a notebook cell run again), a sweep run
+    again, or ``vvm run`` again keeps the committed steps instead of throwing them away (lost for
+    good with a model that samples). The message says from which step, and that
+    ``overwrite=True`` (vvm: ``--overwrite``) starts over instead.
     """

@@ -8,13 +8,23 @@ what needs this layer on top: the config as a model, ``resume()`` and ``summary(
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vivarium import runner
-from vivarium.config import ExperimentConfig, load_config_data, make_config
+from vivarium.config import (
+    ExperimentConfig,
+    llm_switch,
+    load_config_data,
+    make_config,
+    merge_overrides,
+)
+from vivarium.errors import ConfigError, OverrideWarning
 from vivarium.trace.run import TraceRun
 
 if TYPE_CHECKING:
@@ -34,6 +44,45 @@ def _agent_paths_exist(data: dict[str, Any], base: Path) -> bool:
     ]
 
     return bool(folders) and all((base / f).exists() for f in folders)
+
+
+def _find_relative_files(data: dict[str, Any], project: Path) -> dict[str, Any]:
+    """A config file's cassette and input files, found as its agent folders are.
+
+    ``cache: cassettes/study.sqlite`` and ``input_files: [data/prices.csv]`` are written
+    relative to the project, and read relative to the working directory. Loaded from another
+    folder (a notebook in ``notebooks/`` loading ``../study.yaml``), the cassette would be a
+    new, empty one there (in ``auto`` mode every reply asked of the model again, and recorded
+    beside the project's), and the input files would not be found. A path that names nothing
+    from the working directory is looked up from the config's folder and its parents; the
+    first folder that has it is used (a cassette by its path, input files by ``base_dir``).
+    A path found nowhere stays as written: its own check says so.
+    """
+    llm = data.get("llm")
+    cache = llm.get("cache") if isinstance(llm, dict) else None
+    if isinstance(cache, str) and cache:
+        given = Path(cache).expanduser()
+        if not given.is_absolute() and not given.exists():
+            for base in (project, *project.parents):
+                if (base / given).is_file():
+                    data = {**data, "llm": {**llm, "cache": str(base / given)}}
+                    break
+    files = data.get("input_files")
+    if isinstance(files, list) and files and "base_dir" not in data:
+        relative = [Path(f) for f in files if isinstance(f, str) and not Path(f).is_absolute()]
+        if relative and not all(f.exists() for f in relative):
+            for base in (project, *project.parents):
+                if all((base / f).exists() for f in relative):
+                    data = {**data, "base_dir": str(base)}
+                    break
+    return data
+
+
+def _say_llm_switch(before: Any, after: Any) -> None:
+    """Warn (``OverrideWarning``) when overrides moved the LLM from the mock to a model, or back."""
+    note = llm_switch(before, after)
+    if note is not None:
+        warnings.warn(note, OverrideWarning, stacklevel=3)
 
 
 class Experiment:
@@ -71,8 +120,11 @@ class Experiment:
 
         fields = name_objects(fields)
         if config is not None and fields:
-            merged = {**config.model_dump(), **fields}
+            # Overrides merge into the config's sections (``llm={"temperature": 0.7}`` keeps
+            # its model), as ``from_file``, the CLI, the panel and sweeps merge them.
+            merged = merge_overrides(config.model_dump(), fields)
             self.config = make_config(ExperimentConfig, merged)
+            _say_llm_switch(config.llm, self.config.llm)
         elif config is not None:
             self.config = config
         else:
@@ -82,22 +134,20 @@ class Experiment:
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> Experiment:
         """Load a YAML/JSON config; relative agent folders resolve next to the file (or cwd).
 
-        ``overrides`` replace the file's fields; an ``llm`` or ``autonomous`` mapping replaces
-        only the fields it names within that section.
+        ``overrides`` replace the file's fields; a mapping (``llm``, ``autonomous``,
+        ``world_options``, ...) sets only the fields it names within that section
+        (``vivarium.config.merge_overrides``, as everywhere).
         """
+        from vivarium.objects import name_objects
+
         data = load_config_data(path)
         if "sweep" in data:  # a sweep config runs here as its base experiment
             from vivarium.sweep import split_sweep_section
 
             data, _settings = split_sweep_section(data, where=str(path))
-        merged = {**data, **overrides}
-        for key in ("llm", "autonomous"):
-            # ``llm={"mock": True}`` (or ``vvm run --mock-llm``) sets those fields of the file's
-            # section and keeps the others (its temperature, its pacing) instead of dropping them.
-            given, section = overrides.get(key), data.get(key)
-            if isinstance(given, dict) and isinstance(section, dict):
-                merged[key] = {**section, **given}
-        data = merged
+        before = data.get("llm")
+        data = merge_overrides(data, name_objects(overrides))
+        _say_llm_switch(before, data.get("llm"))
         project = Path(path).resolve().parent
 
         # A config in <project>/data/experiments/ names agents as data/agents/...: look from
@@ -106,6 +156,7 @@ class Experiment:
             if _agent_paths_exist(data, base):
                 data.setdefault("base_dir", str(base))
                 break
+        data = _find_relative_files(data, project)
         return cls(make_config(ExperimentConfig, data, where=str(path)))
 
     def __repr__(self) -> str:
@@ -118,8 +169,26 @@ class Experiment:
 
     @property
     def run_id(self) -> str:
-        """The run's id, derived from the config (the same config gives the same id)."""
-        return self.config.resolved_run_id()
+        """The run's id, derived from the config and the user code it uses, as they are now.
+
+        The same config with the same code and the same values read by that code gives the
+        same id (see "What a run is" in the README, and ``vivarium.identity``).
+        """
+        with self._started() as config:
+            return config.resolved_run_id()
+
+    @contextlib.contextmanager
+    def _started(self) -> Iterator[ExperimentConfig]:
+        """The config as a run starting now is identified: its user code digested once.
+
+        Objects are referred to as they are now (a notebook global they read may have changed
+        since the experiment was made), and the experiment's reporters are in force.
+        """
+        from vivarium.identity import snapshot
+        from vivarium.objects import resolve_references
+
+        with snapshot(), self._reporters():
+            yield resolve_references(self.config)
 
     def sweep(
         self,
@@ -151,9 +220,9 @@ class Experiment:
         for key in ("world", "policy"):  # an axis of classes or factories
             if key in values:
                 values[key] = [name_object(key, v) for v in values[key]]
-        with self._reporters():  # workers get them with the sweep's objects, by value
+        with self._started() as config:  # workers get reporters with the objects, by value
             return run_sweep(
-                self.config,
+                config,
                 values or None,
                 configs,
                 folder=folder,
@@ -199,7 +268,8 @@ class Experiment:
         default ``runs/<name>.sqlite`` gives way to ``runs/<run id>.sqlite``, with a
         ``TracePathWarning`` that says so: a loop over seeds keeps every run.
         """
-        return runner.trace_path(self.config, db, overwrite=overwrite, folder=folder, stacklevel=2)
+        with self._started() as config:
+            return runner.trace_path(config, db, overwrite=overwrite, folder=folder, stacklevel=2)
 
     def build(self, trace_db: TraceDb | None, shared: dict[str, Any] | None = None) -> WorldEngine:
         """The engine for this config, writing to ``trace_db`` (None: no trace).
@@ -207,8 +277,8 @@ class Experiment:
         ``shared`` receives what the agents share (the gateway stack), so the caller can close
         it when the run ends.
         """
-        with self._reporters():
-            return runner.build_engine(self.config, trace_db, shared)
+        with self._started() as config:
+            return runner.build_engine(config, trace_db, shared)
 
     def _reporters(self) -> Any:
         """The experiment's reporters in force for the engines built inside the block."""
@@ -228,20 +298,23 @@ class Experiment:
         """Run every step, write the trace, and return the ``Run`` that reads it.
 
         The trace goes to ``db``, else the config's ``db``, else ``<folder>/<name>.sqlite``
-        (``folder`` default ``runs/``). A trace of this same run there is replaced; one of
-        another run only with ``overwrite=True`` (see ``trace_path``); any other file is left
-        alone (an error). Everything that can refuse the run (the path, the agents, an LLM
-        server that is not there) is checked before the file is touched. See
-        ``vivarium.runner.run_experiment`` for the errors and warnings.
+        (``folder`` default ``runs/``). A finished trace of this same run there is replaced;
+        an unfinished one (the run stopped: Ctrl-C, an outage, a killed process) is resumed
+        where it stopped, its committed steps kept, with a ``ResumedWarning`` (``overwrite=True``
+        starts it over); one of another run is replaced only with ``overwrite=True`` (see
+        ``trace_path``); any other file is left alone (an error). Everything that can refuse
+        the run (the path, the agents, an LLM server that is not there) is checked before the
+        file is touched. See ``vivarium.runner.run_experiment`` for the errors and warnings.
 
         Ctrl-C or SIGTERM stops the run with its trace marked ``interrupted`` (resumable) and
-        raises ``KeyboardInterrupt``; the signal handlers are restored afterwards.
+        raises ``KeyboardInterrupt``; the signal handlers are restored afterwards. Running the
+        same cell again goes on from there: the result is the run's as if never stopped.
         """
         from vivarium.engine.interrupts import interrupt_signals
 
-        with self._reporters(), interrupt_signals():
+        with self._started() as config, interrupt_signals():
             return runner.run_experiment(
-                self.config,
+                config,
                 db,
                 overwrite=overwrite,
                 folder=folder,
@@ -282,18 +355,23 @@ class Run(TraceRun):
         ``model_reporters`` / ``agent_reporters``: the experiment's reporters the run recorded
         (they are not in the config; a resume without them is refused, naming them).
 
-        See ``vivarium.runner.resume_run``: the run goes on from its last checkpoint with the
-        LLM settings it recorded, ``llm`` overriding them (and giving the API key). A run of
+        See ``vivarium.runner.resume_run``: the trace ends as that of the run never stopped
+        (its committed steps are re-executed from the trace, LLM replies included, and checked
+        against their state hashes; then the run goes on), with the LLM settings it recorded,
+        ``llm`` overriding them (and giving the API key). A run that cannot be reproduced is
+        refused in one line (``ResumeDiverged``), the trace left as it was. A run of
         a world or policy given as a Python object needs it again, in a new process: pass
         ``world=`` and ``policy=`` (a list for several policies); the same code resumes.
         """
         from vivarium.objects import name_object
 
+        given = []
         if world is not None:
-            name_object("world", world)
+            given.append(("world", name_object("world", world)))
         for each in policy if isinstance(policy, (list, tuple)) else [policy]:
             if each is not None:
-                name_object("policy", each)
+                given.append(("policy", name_object("policy", each)))
+        self._check_same_objects(given)
         from vivarium.engine.interrupts import interrupt_signals
         from vivarium.engine.reporters import check_reporters, experiment_reporters
 
@@ -307,6 +385,34 @@ class Run(TraceRun):
             return runner.resume_run(
                 self.path, progress=progress, llm=llm, open_run=type(self).open, stacklevel=2
             )
+
+    def _check_same_objects(self, given: list[tuple[str, str]]) -> None:
+        """Refuse, in one line, objects given to ``resume`` that are not the run's own.
+
+        An object is the run's when its reference (its code and the values it reads, see
+        ``vivarium.identity``) is the one the run recorded; one of the same class whose code or
+        values changed would continue the run with other behaviour under its id.
+        """
+        from vivarium.identity import snapshot
+        from vivarium.objects import current_reference, display_name, is_reference
+
+        recorded = self.metadata["config"]
+        names = [recorded.get("world"), recorded.get("policy")]
+        groups = recorded.get("agents")
+        if isinstance(groups, list):
+            names += [g.get("policy") for g in groups if isinstance(g, dict)]
+        refs = {n for n in names if isinstance(n, str) and is_reference(n)}
+        with snapshot():
+            for kind, name in given:
+                now = current_reference(name)
+                label = now.rpartition("@")[0]
+                if now in refs or not any(r.rpartition("@")[0] == label for r in refs):
+                    continue
+                raise ConfigError(
+                    f"{self.path}: {kind} {display_name(now)} has changed since the run was "
+                    "recorded (its code, or a value it reads such as a notebook global); "
+                    "resuming would not reproduce it (restore it, or start a new run)"
+                )
 
     def summary(self, **kwargs: Any) -> Any:
         """``vivarium.analysis.summary`` of this run (one row), with its ``health``.

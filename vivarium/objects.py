@@ -3,11 +3,12 @@
 ``Experiment(world=MyWorld, policy=MyPolicy)`` takes a class, a factory or an instance where a
 config takes a name. Configs stay plain data (YAML, the recorded config, a sweep's index): each
 object is named by a reference, ``"<module>.<qualname>@<digest>"``, and kept in this process's
-table ``OBJECTS`` under it. The digest is of the code that defines the object: its module's
-source file when it has one (so an edit to a helper the class calls counts too), else its own
-source (``inspect.getsource``), else its cloudpickle bytes (code run by ``exec``); for an
-instance also its pickled state. So a run id still derives from the config alone, is the same
-in every process for the same code, and changes when the code is edited. A run that uses an object
+table ``OBJECTS`` under it. The digest is ``vivarium.identity``'s: of the code that defines
+the object and of every value that code reads (module globals, closures, defaults, an
+instance's state), by value. A run's identity takes the reference as it is when the run starts
+(``current_reference``): a notebook global changed after the object was named names a new
+run. So a run id still derives from the config alone, is the same in every process for the
+same code and values, and changes when either changes. A run that uses an object
 needs it in the process that builds the run: a sweep sends the ones its runs use to its workers
 by value (``pack_objects``), so objects defined in a notebook cell or a script without a main
 guard work on local workers and on Ray; resuming needs the object given again.
@@ -24,22 +25,17 @@ the same world); a policy instance is copied for each agent.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import functools
-import hashlib
 import inspect
-import linecache
-import os
-import pickle
 import random
 import sys
-import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from vivarium.errors import ConfigError
+from vivarium.identity import CodeDigest, digest_code, say_opaque
 
 if TYPE_CHECKING:
     from vivarium.config import ExperimentConfig
@@ -48,12 +44,16 @@ if TYPE_CHECKING:
 __all__ = [
     "OBJECTS",
     "UserObject",
+    "current_reference",
+    "digest_object",
     "display_name",
     "dumps_by_value",
     "is_reference",
     "name_object",
     "name_objects",
+    "opaque_inputs",
     "pack_objects",
+    "resolve_references",
     "suggest",
     "unpack_objects",
 ]
@@ -99,6 +99,8 @@ class UserObject:
         pristine: For an instance, a copy of it as it was named (None: it cannot be copied,
             and every run uses it as is).
         used: Whether a run has used a world instance as is already.
+        received: Whether a sweep process sent it (its reference is the one it was sent
+            under: its code is not in this process's files to digest again).
     """
 
     kind: Kind
@@ -106,6 +108,20 @@ class UserObject:
     obj: Any
     pristine: Any = None
     used: bool = field(default=False, compare=False)
+    received: bool = field(default=False, compare=False)
+
+    @property
+    def identity_target(self) -> Any:
+        """What the next run built from it uses, which its identity digests.
+
+        A world instance not used yet is used as it is now (changed since it was named, it is
+        that state that runs); after that every run starts from its copy at naming time.
+        """
+        if self.form == "instance" and self.pristine is not None:
+            if self.kind == "world" and not self.used:
+                return self.obj
+            return self.pristine
+        return self.obj
 
     def __getstate__(self) -> dict[str, Any]:
         """What a sweep sends: the object as it was named, never a run's mutated one."""
@@ -117,6 +133,7 @@ class UserObject:
         self.kind, self.form, self.obj = state["kind"], state["form"], state["obj"]
         self.pristine = state["obj"] if self.form == "instance" else None
         self.used = True
+        self.received = True
 
     def build_world(self, config: ExperimentConfig, plan: list[PlannedAgent]) -> Any:
         """The run's world: the instance, or the class or factory called for the run.
@@ -239,185 +256,76 @@ def _label(obj: Any, form: Form) -> str:
     return f"{module}.{qualname}"
 
 
-def _by_value(obj: Any) -> bytes:
-    """``obj``'s cloudpickle bytes, its module's code included when workers cannot import it."""
-    import cloudpickle
+def digest_object(obj: Any, form: Form) -> CodeDigest:
+    """The digest of ``obj``'s code and of what it reads (see ``vivarium.identity``).
 
-    modules = _unimportable_modules([obj])
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps(obj, protocol=pickle.DEFAULT_PROTOCOL)
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
-
-
-def _module_text(target: Any) -> bytes | None:
-    """The whole source file of ``target``'s module, when it has one on disk.
-
-    Reading the file is cheap where ``inspect.getsource`` of a class parses the whole module
-    (~80 ms for a long one, at every ``Experiment``), and it sees the helper functions and
-    constants a class uses too: editing any of them names a new run.
+    An instance is digested as its class's code with its own state; a class, factory or
+    partial as code (its closures, defaults, bound arguments and the globals it reads).
     """
-    module = sys.modules.get(getattr(target, "__module__", "") or "")
-    path = getattr(module, "__file__", None)
-    if not path or not str(path).endswith(".py"):
-        return None
-    lines = linecache.getlines(str(path), getattr(module, "__dict__", None))
-    return "".join(lines).encode() if lines else None
+    return digest_code(obj, instance=form == "instance")
 
 
-_PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
+def current_reference(name: str) -> str:
+    """``name``, or the reference its object has now, when the values it reads have changed.
 
+    An object is named when it is given (``Experiment(world=Pot)``), but what its code reads
+    (a notebook's ``R``) may change before the run starts: a run's identity takes the
+    reference as it is then. The new reference is known in this process too (a resume by it
+    finds the object). An object a sweep process sent keeps the reference it was sent under:
+    its code is not in this process's files.
 
-def fingerprint(value: Any, depth: int = 0, *, opaque: bool = False) -> str:
-    """A text that names ``value``'s code and data, the same in every process.
+    Args:
+        name: A world or policy name from a config.
 
-    Code objects by their bytecode, constants and names (recursively), functions with their
-    closures and defaults, classes by their attributes, containers by their items (sets and
-    dicts sorted), plain values by ``repr``; anything else by its type's name. Unlike
-    cloudpickle bytes (which carry a per-process id for a class without a module), this does
-    not change from one kernel to the next, and it sets apart two classes of one name whose
-    code or closures differ.
-
-    With ``opaque``, an instance of a library class (Python's, an installed package's,
-    Vivarium's) is named by its type, not its state: a gateway stack or a client a factory
-    closes over holds what differs per process (a connection, the process id) without being
-    other code. Its declared values (a dataclass's or pydantic model's fields) still count.
+    Returns:
+        The name as is (a built-in or registered name, an unknown or received reference), or
+        ``"<module>.<qualname>@<digest now>"``.
     """
-    if depth > 8:
-        return "…"
-    nxt = depth + 1
-    if isinstance(value, _PRIMITIVES):
-        return repr(value)
-    if isinstance(value, types.CodeType):
-        consts = ",".join(fingerprint(c, nxt, opaque=opaque) for c in value.co_consts)
-        return f"code({value.co_code.hex()};{consts};{value.co_names})"
-    if isinstance(value, functools.partial):
-        return f"partial({fingerprint(value.func, nxt, opaque=opaque)};{fingerprint((value.args, value.keywords), nxt, opaque=opaque)})"
-    if inspect.isfunction(value) or inspect.ismethod(value):
-        func = getattr(value, "__func__", value)
-        cells = [c.cell_contents for c in func.__closure__ or () if _filled(c)]
-        extra = fingerprint((cells, func.__defaults__, func.__kwdefaults__), nxt, opaque=opaque)
-        return f"fn({func.__qualname__};{fingerprint(func.__code__, nxt, opaque=opaque)};{extra})"
-    if isinstance(value, staticmethod | classmethod | property):
-        inner = value.fget if isinstance(value, property) else value.__func__
-        return f"{type(value).__name__}({fingerprint(inner, nxt, opaque=opaque)})"
-    if isinstance(value, type):
-        if _from_a_library(value):  # its name says which it is; its body is not the user's
-            return f"{value.__module__}.{value.__qualname__}"
-        own = sorted((k, v) for k, v in vars(value).items() if k not in _CLASS_NOISE)
-        body = ",".join(f"{k}={fingerprint(v, nxt, opaque=opaque)}" for k, v in own)
-        bases = ",".join(
-            fingerprint(b, nxt, opaque=opaque) for b in value.__bases__ if b is not object
-        )
-        return f"class({value.__module__}.{value.__qualname__};{bases};{body})"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(fingerprint(v, nxt, opaque=opaque) for v in value) + "]"
-    if isinstance(value, set | frozenset):
-        return "{" + ",".join(sorted(fingerprint(v, nxt, opaque=opaque) for v in value)) + "}"
-    if isinstance(value, Mapping):
-        try:
-            items = sorted(
-                (fingerprint(k, nxt, opaque=opaque), fingerprint(v, nxt, opaque=opaque))
-                for k, v in value.items()
-            )
-        except Exception:  # a mapping that cannot be read (a lazy schema): its type names it
-            return f"<{type(value).__module__}.{type(value).__qualname__}>"
-        return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
-    kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    if hasattr(value, "tobytes") and hasattr(value, "dtype"):  # a numpy array: its contents
-        data = hashlib.sha256(value.tobytes()).hexdigest()
-        return f"array({value.dtype};{getattr(value, 'shape', '')};{data})"
-    if isinstance(value, random.Random):
-        return f"random({fingerprint(value.getstate(), nxt, opaque=opaque)})"
-    if opaque and type(value).__module__ != "__main__" and _from_a_library(type(value)):
-        return _library_instance(value, kind, nxt)
-    if hasattr(value, "__dict__"):  # any other object: its type and its attributes
-        return f"<{kind}:{fingerprint(vars(value), nxt, opaque=opaque)}>"
-    return f"<{kind}>"
+    entry = OBJECTS.get(name)
+    if entry is None or entry.received or not is_reference(name):
+        return name
+    found = digest_object(entry.identity_target, entry.form)
+    say_opaque(f"{entry.kind} {display_name(name)}", found, stacklevel=4)
+    head = name.rpartition("@")[0]
+    now = f"{head}@{found.digest}"
+    if now != name:
+        OBJECTS.setdefault(now, entry)
+    return now
 
 
-def _library_instance(value: Any, kind: str, depth: int) -> str:
-    """``fingerprint(value, opaque=True)`` of a library class's instance.
+def resolve_references(config: ExperimentConfig) -> ExperimentConfig:
+    """``config`` with each object it names referred to as it is now (``current_reference``).
 
-    A value object (a dataclass, a pydantic model: a config such as ``GatewaySettings``) by
-    its fields, each fingerprinted the same way; anything else (a gateway, a connection, a
-    cassette) by its type alone.
+    A run or a sweep starts from this, so every process that builds its runs (a sweep's
+    workers receive the objects under these references) names them as the run's identity
+    does.
+
+    Args:
+        config: The experiment config.
+
+    Returns:
+        ``config`` itself when nothing changed, else a copy with the current references.
     """
-    if dataclasses.is_dataclass(value):
-        names = [f.name for f in dataclasses.fields(value)]
-    elif isinstance(getattr(type(value), "model_fields", None), dict):  # pydantic
-        names = list(type(value).model_fields)
-    else:
-        return f"<{kind}>"
-    try:
-        fields = {name: getattr(value, name) for name in names}
-    except AttributeError:  # a field not set: the type names it
-        return f"<{kind}>"
-    return f"<{kind}:{fingerprint(fields, depth, opaque=True)}>"
+    update: dict[str, Any] = {}
+    for key in ("world", "policy"):
+        now = current_reference(getattr(config, key))
+        if now != getattr(config, key):
+            update[key] = now
+    if isinstance(config.agents, list):
+        groups = [
+            g.model_copy(update={"policy": current_reference(g.policy)}) for g in config.agents
+        ]
+        if any(g.policy != old.policy for g, old in zip(groups, config.agents, strict=True)):
+            update["agents"] = groups
+    return config.model_copy(update=update) if update else config
 
 
-def _library_roots() -> tuple[str, ...]:
-    """Where the standard library, installed packages and Vivarium itself live."""
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots.add(os.path.dirname(os.path.abspath(__file__)))  # the vivarium package
-    return tuple(sorted(os.path.join(r, "") for r in roots))
-
-
-_LIBRARY_ROOTS = _library_roots()
-
-
-def _from_a_library(cls: type) -> bool:
-    """Whether ``cls`` comes from Python, an installed package or Vivarium (not user code)."""
-    module = sys.modules.get(cls.__module__)
-    if cls.__module__ == "builtins" or module is None:
-        return cls.__module__ == "builtins"
-    path = getattr(module, "__file__", None)
-    return bool(path) and os.path.abspath(str(path)).startswith(_LIBRARY_ROOTS)
-
-
-_CLASS_NOISE = frozenset({"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__"})
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - an empty cell raises
-    except ValueError:
-        return False
-    return True
-
-
-def _code(target: Any) -> bytes:
-    """The code that defines a class or function.
-
-    Its ``fingerprint`` (bytecode, closures, attributes), with its module's whole source file
-    when there is one (see ``_module_text``: helpers and constants it uses count too).
-    """
-    whole = _module_text(target) or b""
-    return whole + fingerprint(target).encode()
-
-
-def _digest(obj: Any, form: Form) -> str:
-    """The hex digest that names ``obj``'s code (and an instance's or closure's data)."""
-    h = hashlib.sha256()
-    target = obj.func if isinstance(obj, functools.partial) else obj
-    h.update(_code(type(obj) if form == "instance" else target))
-    data: Any = None
-    if form == "instance":
-        data = obj.__getstate__() if hasattr(obj, "__getstate__") else vars(obj)
-    elif isinstance(obj, functools.partial):
-        data = (obj.args, obj.keywords)
-    elif inspect.isfunction(obj) and (obj.__closure__ or obj.__defaults__ or obj.__kwdefaults__):
-        cells = [c.cell_contents for c in obj.__closure__ or ()]
-        data = (cells, obj.__defaults__, obj.__kwdefaults__)
-    if data is not None:
-        h.update(fingerprint(data).encode())  # sets sorted: the same for every hash seed
-    return h.hexdigest()[:_DIGEST_CHARS]
+def opaque_inputs(name: str) -> tuple[str, ...]:
+    """What the object named ``name`` reads that cannot be digested (empty for any other name)."""
+    entry = OBJECTS.get(name)
+    if entry is None or entry.received or not is_reference(name):
+        return ()
+    return digest_object(entry.identity_target, entry.form).opaque
 
 
 def name_object(kind: Kind, obj: Any, where: str | None = None) -> str:
@@ -443,7 +351,9 @@ def name_object(kind: Kind, obj: Any, where: str | None = None) -> str:
             # Named again after a run changed it: every run starts from the state it had when
             # it was first named, under the name it had then.
             return first[1]
-    ref = f"{_label(obj, form)}@{_digest(obj, form)}"
+    found = digest_object(obj, form)
+    say_opaque(f"{kind} {_label(obj, form).rsplit('.', 1)[-1]}", found, stacklevel=3)
+    ref = f"{_label(obj, form)}@{found.digest}"
     known = OBJECTS.get(ref)
     # The latest object named wins (a notebook cell run again, an equal instance): same code.
     if known is None or known.obj is not obj:

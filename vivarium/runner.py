@@ -15,6 +15,8 @@ with the trace's own reader, ``TraceRun``.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import os
 import sqlite3
@@ -26,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from vivarium.config import LLM_TRANSPORT_FIELDS, ExperimentConfig, make_config
 from vivarium.errors import (
     ConfigError,
+    ResumeDiverged,
+    ResumedWarning,
     RunHealthWarning,
     RunInterrupted,
     TraceError,
@@ -35,7 +39,6 @@ from vivarium.trace.resume import (
     is_complete,
     record_llm_settings,
     recorded_llm_settings,
-    resume_point,
 )
 from vivarium.trace.run import TraceRun
 
@@ -56,6 +59,8 @@ __all__ = [
     "resume_run",
     "run_experiment",
     "trace_path",
+    "transport_settings",
+    "unfinished_steps",
     "warn_if_unhealthy",
 ]
 
@@ -81,6 +86,27 @@ class RunResult(Protocol):
 
 
 R = TypeVar("R", bound=RunResult)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def identified(function: F) -> F:
+    """Run ``function`` with the user code's identity taken once (``vivarium.identity``).
+
+    The run id is asked for several times as a run starts (its path, its record, a resume's
+    check): the code and the values it reads are digested once, as they are at the start.
+    """
+    counts_frames = "stacklevel" in inspect.signature(function).parameters
+
+    @functools.wraps(function)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        from vivarium.identity import snapshot
+
+        if counts_frames:  # this frame too, between the caller and the warning
+            kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
+        with snapshot():
+            return function(*args, **kwargs)
+
+    return inner  # type: ignore[return-value]
 
 
 def _open_trace_run(path: Path) -> Any:
@@ -159,13 +185,15 @@ def trace_path(
     A trace there that holds this run (same config and seed: same run id) is replaced, and so
     is one holding another run when ``overwrite`` is true. A finished trace of this run id
     made by other package code (``vivarium.build.package_code_digest``), or recorded with
-    another config under a run id given by hand, is a different result: it is replaced only
-    when ``overwrite`` is true, else refused; at the default path a run made by other code
+    another config under a run id given by hand, or the recording of the LLM replies this run
+    would replay from a cassette (its calls were made), is a different result: it is replaced
+    only when ``overwrite`` is true, else refused; at the default path a run made by other code
     gives way instead to ``runs/<name>-code-<digest>.sqlite`` (a notebook re-run after an
-    upgrade keeps both results), with a ``TracePathWarning``. Otherwise a path the user named
-    (``db``, or the config's ``db``) is refused, and the default ``runs/<name>.sqlite`` gives
-    way to ``runs/<run id>.sqlite``, with a ``TracePathWarning`` that says so: a loop over seeds
-    keeps every run.
+    upgrade keeps both results), and a replay to ``runs/<name>-replay.sqlite``, with a
+    ``TracePathWarning``. Otherwise a path the user named (``db``, or the config's ``db``) is
+    refused, and the default ``runs/<name>.sqlite`` gives way to ``runs/<run id>.sqlite``, with
+    a ``TracePathWarning`` that says so: a loop over seeds keeps every run. The run's own
+    cassette (``llm.cache``) given as the trace is refused.
 
     Args:
         config: The experiment config.
@@ -187,7 +215,20 @@ def trace_path(
     run_id = config.resolved_run_id()
     explicit = db is not None or bool(config.db)
     path = Path(db) if db is not None else default_trace_path(config, folder)
-    check_new_trace_path(path)  # a folder, a foreign file, a run writing it: said first
+    cassette = config.llm.cache if config.llm is not None else None
+    if cassette and Path(cassette).resolve() == path.resolve():
+        raise TraceError(
+            f"{path} is given as both the trace and the cassette (llm cache): give the "
+            "cassette another file"
+        )
+    try:
+        check_new_trace_path(path)  # a folder, a foreign file, a run writing it: said first
+    except TraceError:
+        beside = None if explicit else _beside_a_live_run(path, config, run_id)
+        if beside is None:
+            raise
+        warnings.warn(beside[1], TracePathWarning, stacklevel=stacklevel + 1)
+        return beside[0]
     held = recorded_run_id(path)
     if overwrite or held is None:
         return path
@@ -195,13 +236,11 @@ def trace_path(
         why = _another_result(path, config)
         if why is None:
             return path
-        if not explicit and why.startswith(_OTHER_CODE):
-            # The default path (a notebook re-run after an upgrade): the old result stays and
-            # the new one goes beside it, named by its code.
-            from vivarium.build import package_code_digest
-
-            code = package_code_digest().rpartition("+")[2][:8]
-            beside = path.with_name(f"{path.stem}-code-{code}.sqlite")
+        if not explicit and why.startswith((_OTHER_CODE, _RECORDING)):
+            # The default path (a notebook re-run after an upgrade, or replaying a recording):
+            # the old result stays and the new one goes beside it, named by its code or as a
+            # replay.
+            beside = _beside(path, why)
             if recorded_run_id(beside) is None or _another_result(beside, config) is None:
                 warnings.warn(
                     f"{path} holds this run ({run_id}) {why}; this run is written to {beside}",
@@ -233,7 +272,66 @@ def trace_path(
     )
 
 
+def _beside_a_live_run(
+    path: Path, config: ExperimentConfig, run_id: str
+) -> tuple[Path, str] | None:
+    """Where a run goes when its default path is being written by another run, and the note.
+
+    Two notebooks (or two ``vvm run --seed`` in two terminals) running the same experiment
+    with other seeds at once: the second finds ``runs/<name>.sqlite`` written by the first.
+    As when that run had finished, the second goes beside it to ``runs/<name>-<run id>.sqlite``
+    instead of being refused. The same run written twice at once is still refused (None).
+    """
+    from vivarium.trace.db import check_new_trace_path, recorded_run_id
+    from vivarium.trace.onefile import writer_alive
+
+    if not writer_alive(path):
+        return None
+    try:
+        held = recorded_run_id(path)
+    except TraceError:
+        return None
+    if held == run_id:
+        return None
+    name = config.name
+    own = path.with_name(
+        f"{run_id}.sqlite" if run_id.startswith(f"{name}-") else f"{name}-{run_id}.sqlite"
+    )
+    check_new_trace_path(own)
+    if recorded_run_id(own) not in (None, run_id):
+        return None
+    writer = f"run {held}" if held else "a run starting"
+    return own, f"{path} is being written by {writer}; this run ({run_id}) is written to {own}"
+
+
 _OTHER_CODE = "made by other Vivarium code"
+_RECORDING = "recorded from the LLM"
+
+
+def _beside(path: Path, why: str) -> Path:
+    """Where a run goes beside the result at ``path`` that it would not give (``why``)."""
+    if why.startswith(_RECORDING):
+        return path.with_name(f"{path.stem}-replay.sqlite")
+    from vivarium.build import package_code_digest
+
+    code = package_code_digest().rpartition("+")[2][:8]
+    return path.with_name(f"{path.stem}-code-{code}.sqlite")
+
+
+def _calls_made(con: sqlite3.Connection, config: ExperimentConfig) -> int:
+    """The LLM calls a trace made (not cache hits), when a run of ``config`` replays them.
+
+    A run that takes replies from a cassette (cache mode ``replay`` or ``auto``) writes them as
+    cache hits: over the recording of those replies it would put another trace (and one that
+    differs in every reply if the cassette changed since), so the recording is kept.
+    """
+    llm = config.llm
+    if llm is None or not llm.cache or llm.cache_mode == "record":
+        return 0
+    try:
+        return int(con.execute("SELECT count(*) FROM llm_calls WHERE cache_hit = 0").fetchone()[0])
+    except sqlite3.Error:
+        return 0
 
 
 def _another_result(path: Path, config: ExperimentConfig) -> str | None:
@@ -242,7 +340,8 @@ def _another_result(path: Path, config: ExperimentConfig) -> str | None:
     Rerunning the same config and seed rewrites its trace with the same bytes, which is why
     it may replace it unasked; that holds only for the same code. A trace that records other
     package code (its worlds or policies edited, or another version) or, under a run id given
-    by hand, another config, is another result.
+    by hand, another config, is another result; so is the recording of a run's LLM replies
+    (calls made) to a run that replays them from a cassette.
 
     Returns:
         The reason (``made by other Vivarium code (...)``), or None: unfinished, unreadable, or
@@ -256,6 +355,7 @@ def _another_result(path: Path, config: ExperimentConfig) -> str | None:
         con = TraceDb.connect_readonly(path)
         try:
             row = con.execute("SELECT status, config_json FROM runs").fetchone()
+            made = _calls_made(con, config)
         finally:
             con.close()
     except (sqlite3.Error, TraceError):  # unreadable: no finished result (validate says why)
@@ -267,6 +367,8 @@ def _another_result(path: Path, config: ExperimentConfig) -> str | None:
         return f"{_OTHER_CODE} ({recorded}; now {now})"
     if config.run_id and row[1] != canonical_json(config.identity()):
         return "recorded with another config under that run id"
+    if made:
+        return f"{_RECORDING} ({made} calls made, not replayed from a cassette)"
     return None
 
 
@@ -388,6 +490,7 @@ def _drive(
         engine.run(steps, progress=bar, on_step=on_step)
 
 
+@identified
 def run_experiment(
     config: ExperimentConfig,
     db: str | os.PathLike[str] | None = None,
@@ -403,13 +506,18 @@ def run_experiment(
     """Run every step of ``config``, write the trace, and return the run read from it.
 
     Everything that can refuse the run (the path, the agents, an LLM server that is not
-    there) is checked before the file is touched.
+    there) is checked before the file is touched. An unfinished trace of this same run at the
+    path (``unfinished_steps``: a notebook cell run again after Ctrl-C, ``vvm run`` again, a
+    sweep again) is resumed instead of started over (``resume_run``: its committed steps are
+    kept, and the result is the run's as if never stopped), with a ``ResumedWarning`` that says
+    from which step and that ``overwrite=True`` starts over.
 
     Args:
         config: The experiment config.
         db: The trace file; None: the config's ``db``, else ``<folder>/<name>.sqlite``. See
             ``trace_path`` for when an existing trace is replaced.
-        overwrite: Replace a trace of another run.
+        overwrite: Replace a trace of another run, or start this run over instead of
+            resuming its unfinished trace.
         folder: The folder of the default path (default ``runs/``).
         progress: Show a progress bar (None: see ``progress_enabled``).
         on_step: Called after each step with the step and its record (the control panel's
@@ -425,6 +533,7 @@ def run_experiment(
 
     Raises:
         RunInterrupted: The LLM infrastructure stopped the run (one line saying how to resume).
+        ResumeDiverged: The unfinished trace it resumed cannot be reproduced (nothing changed).
         TraceError: The trace path cannot be used.
         ConfigError: The config cannot be built into a run.
     """
@@ -432,6 +541,26 @@ def run_experiment(
 
     path = trace_path(config, db, overwrite=overwrite, folder=folder, stacklevel=stacklevel + 1)
     check_new_trace_path(path)
+    done = None if overwrite else unfinished_steps(path, config)
+    if done is not None:
+        # The same run, stopped (Ctrl-C, an outage, a killed process) after committing steps:
+        # a cell run again goes on from there instead of throwing them away.
+        warnings.warn(
+            f"{path} holds this run ({config.resolved_run_id()}) stopped after {done} of "
+            f"{config.steps} steps: resumed from step {done}, the committed steps kept; "
+            "pass overwrite=True (vvm: --overwrite) to start it over",
+            ResumedWarning,
+            stacklevel=stacklevel + 1,
+        )
+        return resume_run(
+            path,
+            progress=progress,
+            llm=transport_settings(config),
+            open_run=open_run,
+            stacklevel=stacklevel + 1,
+            on_step=on_step,
+            on_start=on_start,
+        )
     trace: TraceDb | None = None
     bar = None
     shared: dict[str, Any] = {}
@@ -461,6 +590,59 @@ def run_experiment(
     return warn_if_unhealthy(open_run(path), stacklevel=stacklevel + 1)
 
 
+def unfinished_steps(path: Path, config: ExperimentConfig) -> int | None:
+    """The steps committed by an unfinished trace of this very run at ``path``, if a resume can go on.
+
+    That is a trace of this run id (same config, same code, same values it reads), made by
+    this package code, of the current schema, not complete, and no process writing it (the
+    caller checked: ``check_new_trace_path``). Anything else (no file, another run, an older
+    schema or package) is not resumed: a run there starts over, as before. One that stopped
+    before its first step resumes too (from step 0): its stop stays on record.
+
+    Args:
+        path: The trace path a run of ``config`` writes.
+        config: The experiment config.
+
+    Returns:
+        The steps done, or None.
+    """
+    from vivarium.build import CODE_META_KEY, package_code_digest
+    from vivarium.seeding import canonical_json
+    from vivarium.trace.db import TraceDb, read_meta, schema_version
+    from vivarium.trace.schema import SCHEMA_VERSION
+
+    try:
+        if not path.is_file() or schema_version(path) < SCHEMA_VERSION:
+            return None
+        con = TraceDb.connect_readonly(path)
+        try:
+            row = con.execute("SELECT run_id, status, steps_done, config_json FROM runs").fetchone()
+        finally:
+            con.close()
+        code = read_meta(path, CODE_META_KEY)
+    except (sqlite3.Error, TraceError, OSError):
+        return None
+    if row is None or row[0] != config.resolved_run_id() or row[1] == "complete":
+        return None
+    if config.run_id and row[3] != canonical_json(config.identity()):
+        return None  # a run id given by hand, with another config: not this run
+    if code is not None and code != package_code_digest():
+        return None
+    return int(row[2])
+
+
+def transport_settings(config: ExperimentConfig) -> dict[str, Any] | None:
+    """How ``config`` makes its LLM calls, as a resume takes them (``llm=``); the API key too.
+
+    None for a run without LLM agents.
+    """
+    if config.llm is None:
+        return None
+    settings = llm_settings(config) or {}
+    settings["api_key"] = config.llm.api_key
+    return {k: v for k, v in settings.items() if v is not None}
+
+
 def _close_trace(trace: TraceDb, *, drop_if_empty: bool = False) -> None:
     """Close a trace with signals held (every queued write committed, the file released).
 
@@ -480,6 +662,7 @@ def _close_trace(trace: TraceDb, *, drop_if_empty: bool = False) -> None:
                         Path(f"{trace.path}{suffix}").unlink(missing_ok=True)
 
 
+@identified
 def resume_run(
     path: str | os.PathLike[str],
     *,
@@ -487,14 +670,37 @@ def resume_run(
     llm: dict[str, Any] | None = None,
     open_run: Callable[[Path], R] = _open_trace_run,
     stacklevel: int = 1,
+    on_step: Callable[[int, Any], None] | None = None,
+    on_start: Callable[[Any], None] | None = None,
 ) -> R:
-    """Finish an interrupted run in place, from its last checkpoint (or from the start).
+    """Finish an interrupted run in place: its trace ends as if the run had never stopped.
 
-    Rows after the checkpoint are dropped and redone, so a deterministic run (random, mock or
-    replayed LLM agents) ends with exactly the rows an uninterrupted run would have written.
-    The run goes on with the LLM settings it recorded (server, transport, rate limits,
-    timeouts, concurrency, cassette, ``on_llm_error``). A resume that fails before its first
-    step leaves the trace as it was.
+    The property (tested over worlds, policies, schedulings, stop points and checkpoint
+    settings in ``tests/test_resume_property.py``): interrupting a run at any step, by any
+    means (Ctrl-C, SIGTERM, an LLM outage, a killed process), and resuming it gives exactly the
+    tables of the run never interrupted: decisions, state hashes, messages, reporters, LLM
+    calls, transitions, checkpoints. How:
+
+    1. The engine is built again and the latest checkpoint whose world and agent states can be
+       restored is restored (none: the run's start). Checkpoints only save time.
+    2. The steps committed after it are re-executed without writing (the trace has them), each
+       checked against its recorded state hash; their LLM calls are answered from the trace's
+       own ``llm_calls`` (``vivarium.gateways.recorded``), so a model that samples, or a
+       server that is down, changes nothing. A re-executed step that differs from the record
+       means the run cannot be reproduced from its inputs: ``ResumeDiverged`` (what differs,
+       at which step, and how to start over), the trace left as it was. (A checkpoint that did
+       not hold all the state, say a policy of one's own with a generator but no
+       ``get_state``, shows up there too: the resume then re-executes from the start.)
+    3. The run goes on from its first step not committed, writing, with the LLM settings it
+       recorded (server, transport, rate limits, timeouts, concurrency, cassette,
+       ``on_llm_error``). Nothing committed is dropped.
+
+    Each stop is recorded in the trace's ``interruptions`` table (when, at which step, why,
+    and the decisions and LLM call attempts of the unfinished step it discarded); a process
+    killed outright is recorded when its resume finds the trace still ``running``. A resume
+    that fails before its first step leaves every other table as it was. An autonomous run
+    on the virtual clock resumes the same way (its wake-ups are re-executed); one on the real
+    clock cannot be reproduced, and is redone from its start.
 
     Args:
         path: The trace of the run.
@@ -504,16 +710,21 @@ def resume_run(
         open_run: Reads the trace into the returned run (default: ``TraceRun.open``).
         stacklevel: As for ``warnings.warn``, counted from the caller of this function: where
             a ``RunHealthWarning`` points.
+        on_step: Called after each step with the step and its record (re-executed ones too).
+        on_start: Called with the engine once it is built, before the first step.
 
     Returns:
         The finished run (as it was when it had nothing left to do).
 
     Raises:
         RunInterrupted: The LLM infrastructure stopped the run again.
+        ResumeDiverged: A committed step re-executed to another state (nothing is changed).
         ConfigError: ``llm`` does not apply, an agent folder changed or is not found, or
             the code of a registered world or policy changed.
-        TraceError: The trace or its checkpoints cannot be read.
+        TraceError: The trace or its checkpoints cannot be read, or another process writes it.
     """
+    from vivarium.engine.deciding import RunAborted
+    from vivarium.engine.reporters import check_resumed
     from vivarium.trace.db import TraceDb
 
     p = Path(path)
@@ -522,44 +733,202 @@ def resume_run(
     if is_complete(run):
         return run
     config = _anchor_agent_folders(p, _resume_config(p, meta, llm))
+    # What this resume records for the next: the settings as the run gave them (a cassette
+    # found from another folder stays the relative path it was).
+    settings = llm_settings(config)
+    if "cache" not in (llm or {}):
+        config = _anchor_cassette(p, config)
     _check_registered_code(p, config)
-    autonomous = config.mode == "autonomous"
-    # An autonomous run has no checkpoints (its agents' wake-ups and rate windows are not
-    # saved): it is redone from the start, which on the virtual clock gives the same rows.
-    start, checkpoint = (0, None) if autonomous else resume_point(p, meta["steps_done"])
-
-    # Rows after the checkpoint go only when the first redone step is committed (for_resume),
-    # and the engine (LLM server check included) is built first: a resume refused or failed
-    # before its first step leaves the trace as it was.
-    trace = TraceDb.for_resume(p, from_step=start)
+    done = int(meta["steps_done"])
+    # A real clock cannot be re-executed: such a run is redone from its start, as always.
+    redo = config.mode == "autonomous" and config.autonomous.clock == "real"
+    # Taking the writer's lock first refuses a second process while the first still writes;
+    # rows and status change only with the first step committed (for_resume), so a resume
+    # refused or failed before it leaves the trace as it was.
+    trace = TraceDb.for_resume(p, from_step=0 if redo else done)
     shared: dict[str, Any] = {}
     bar = None
+    phase = "build"
+    killed = [meta["status"] == "running"]  # left running: the writer's lock was free
     try:
-        engine = build_engine(config, None, shared)
-        if checkpoint is not None:
-            engine.restore(
-                checkpoint.step,
-                checkpoint.state_hash,
-                json.loads(checkpoint.world_state),
-                json.loads(checkpoint.agent_states),
-            )
-        record_llm_settings(trace, llm_settings(config))  # what this resume used, for the next
-        engine.trace_db = trace
+        if redo:
+            engine = build_engine(config, None, shared)
+            engine._run_started = True  # the run record is there: kept, not written again
+            start = 0
+        else:
+            phase = "replay"  # from here a stop is one of the resume: recorded as such
+            engine, start = _rebuilt(config, p, done, shared, trace)
+        check_resumed(trace, engine.reporters)
+        if on_start is not None:
+            on_start(engine)
         if progress_enabled(progress):
             bar = _progress_bar(config, f"{config.name} (resumed)", initial=start)
-        _drive(engine, config, config.steps - start, bar)
+        phase = "replay"
+        if config.mode != "autonomous" and engine.replaying:
+            # The committed steps, re-executed without writing (a divergence leaves nothing).
+            try:
+                engine.run(done - start, progress=bar, on_step=on_step, finish=False)
+            except (ResumeDiverged, RunAborted):
+                if start == 0:
+                    raise
+                # Restored from a checkpoint that held less than the run's state (a
+                # snapshot() that leaves something out): it vouched for the step after it,
+                # not for the ones the forgotten state decides. From the run's start, the run
+                # is re-executed from its inputs alone; only a divergence there refuses it.
+                _discard(shared)
+                engine, start = _rebuilt(config, p, done, shared, trace, checkpoints=False)
+                if on_start is not None:
+                    on_start(engine)
+                if bar is not None:
+                    bar.reset(total=bar.total)
+                engine.run(done - start, progress=bar, on_step=on_step, finish=False)
+        _note_killed(trace, killed, done)
+        record_llm_settings(trace, settings)  # what this resume used, for the next
+        engine.trace_db = trace
+        phase = "live"
+        _drive(engine, config, config.steps - done, bar, on_step)
+    except ResumeDiverged as exc:
+        raise ResumeDiverged(_refusal(p, meta, exc), step=exc.step, record=exc.record) from None
+    except RunAborted as exc:
+        if phase != "replay":
+            raise
+        raise ResumeDiverged(_refusal(p, meta, exc), step=done) from None
     except RunInterrupted as exc:
+        if phase == "replay":  # a call not on record failed while re-executing
+            _note_killed(trace, killed, done)
+            trace.record_interruption(step=done, ended="interrupted", reason=exc.reason)
+            exc.step = done  # what is kept: every committed step
         raise interrupted_error(exc, meta["run_id"], p) from None
+    except KeyboardInterrupt as exc:
+        if phase == "replay":  # the engine records a stop once it writes; not before
+            _note_killed(trace, killed, done)
+            trace.record_interruption(
+                step=done, ended="interrupted", reason=f"KeyboardInterrupt: {exc}"
+            )
+        raise
     finally:
         if bar is not None:
             bar.close()
-        _close_gateway(shared)
+        _discard(shared)
         _close_trace(trace)
     return warn_if_unhealthy(open_run(p), stacklevel=stacklevel + 1)
 
 
+_KILLED = "its process ended without recording how (killed, or its machine stopped)"
+
+
+def _note_killed(trace: TraceDb, killed: list[bool], done: int) -> None:
+    """Record, once, that the run's last process was killed (its trace was left ``running``).
+
+    Its writer's lock was free (``for_resume`` took it), so no process writes it any more.
+    Noted when the resume gets past re-executing, or stops while at it (a refused resume
+    changes nothing). ``killed`` holds whether it is still to be noted.
+    """
+    if killed and killed.pop():
+        trace.record_interruption(step=done, ended="killed", reason=_KILLED)
+
+
+def _rebuilt(
+    config: ExperimentConfig,
+    path: Path,
+    done: int,
+    shared: dict[str, Any],
+    trace: TraceDb,
+    *,
+    checkpoints: bool = True,
+) -> tuple[WorldEngine, int]:
+    """The engine, restored from the latest usable checkpoint, set to re-execute to ``done``.
+
+    A checkpoint is used when its world state and every agent's state can be restored, and
+    when at least one committed step after it can check it: re-executing that step must give
+    its recorded hash (a policy with state it does not save would not). One that fails is
+    dropped for the run's start. The engine writes nothing until ``end_replay``.
+
+    Returns:
+        The engine and the first step it re-executes.
+
+    Raises:
+        ResumeDiverged: Re-executing from the start differs from the record.
+    """
+    from vivarium.engine.deciding import RunAborted
+    from vivarium.gateways.recorded import RecordedCalls
+    from vivarium.trace.resume import recorded_calls, recorded_hashes, usable_checkpoints
+
+    candidates: list[Any] = []
+    if checkpoints:  # (without: from the run's start, a checkpoint having failed its steps)
+        candidates = [c for c in usable_checkpoints(path, done) if c.step < done - 1][:1]
+    candidates.append(None)
+    for checkpoint in candidates:
+        engine = build_engine(config, None, shared)
+        engine.trace_db = trace
+        engine._run_started = True  # the run record is there: kept, not written again
+        start = 0
+        if checkpoint is not None:
+            if not _restore(engine, checkpoint):
+                _discard(shared)
+                continue
+            start = checkpoint.step + 1
+        # The calls are read from the trace as the re-execution reaches their steps.
+        shared["recorded_calls"] = calls = RecordedCalls(recorded_calls(path, start, done))
+        engine.replay_recorded(recorded_hashes(path, start, done), calls)
+        if checkpoint is None or config.mode == "autonomous":
+            return engine, start
+        try:  # the first step after the checkpoint vouches for it
+            engine.run(1, finish=False)
+        except (ResumeDiverged, RunAborted):
+            _discard(shared)
+            continue
+        return engine, start + 1
+    raise AssertionError("unreachable: the run's start is always a candidate")
+
+
+def _discard(shared: dict[str, Any]) -> None:
+    """Let go of what a resume's engine held: its gateway stack, its reading of the calls."""
+    _close_gateway(shared)
+    calls = shared.pop("recorded_calls", None)
+    if calls is not None:
+        calls.close()
+    shared.clear()
+
+
+def _restore(engine: WorldEngine, checkpoint: Any) -> bool:
+    """Restore ``checkpoint`` into ``engine``; False when it does not hold every state."""
+    world = json.loads(checkpoint.world_state)
+    agents = json.loads(checkpoint.agent_states)
+    if world is None or not engine.world_capabilities.checkpoints or not isinstance(agents, dict):
+        return False  # a world saved empty (before such worlds were refused): never trusted
+    for idx, agent_id in enumerate(engine.agent_ids):
+        saved = agents.get(agent_id)
+        if not isinstance(saved, dict):
+            return False
+        if engine.capabilities[idx].stateful and saved.get("policy") is None:
+            return False
+    try:
+        engine.restore(checkpoint.step, checkpoint.state_hash, world, agents)
+    except (ConfigError, TypeError, ValueError, KeyError):
+        return False
+    return True
+
+
+def _refusal(path: Path, meta: dict[str, Any], exc: Exception) -> str:
+    """The one line of a refused resume: what differs, where, and how to start over."""
+    from vivarium.trace.resume import step_difference
+
+    record = getattr(exc, "record", None)
+    what = step_difference(path, record) if record is not None else str(exc)
+    return (
+        f"resume {path}: refused: {what}; run {meta['run_id']} is not reproducible from its "
+        "inputs (its code, or data it reads, changed, or it draws randomness it does not "
+        "own), so going on would join two different runs; the trace is left as it was: "
+        "start it over with overwrite=True (vvm run --overwrite)"
+    )
+
+
 def _anchor_agent_folders(trace: Path, config: ExperimentConfig) -> ExperimentConfig:
     """The recorded config, with ``base_dir`` set to where its agent folders are found.
+
+    Declared input files (``input_files``) are looked up the same way, with their recorded
+    content; a base that has the folders but not the files still anchors the folders.
 
     A run records agent folders as written (``data/agents/alpha_2``), relative to the project
     (``from_file``'s ``base_dir``) or to the folder the run started in; neither folder is
@@ -572,20 +941,34 @@ def _anchor_agent_folders(trace: Path, config: ExperimentConfig) -> ExperimentCo
     from vivarium.workflow.config import resolve_agent_folder, spec_digest
 
     groups = [g for g in config.agents if g.agent] if isinstance(config.agents, list) else []
-    if not groups:
+    inputs = [f for f in config.input_files if not Path(f).is_absolute()]
+    if not groups and not inputs:
         return config
-    cwd, home = Path.cwd(), trace.resolve().parent
-    given = [Path(config.base_dir)] if config.base_dir else []
-    bases = list(dict.fromkeys([*given, cwd, *cwd.parents, home, *home.parents]))
+    bases = _bases(trace, config)
 
     def holds(base: Path, group: Any) -> bool:
         folder = resolve_agent_folder(group.agent, base)
         digest = spec_digest(folder)
         return digest is not None and group.spec_digest in (None, digest)
 
-    for base in bases:
-        if all(holds(base, g) for g in groups):
-            return config.model_copy(update={"base_dir": str(base)})
+    def has(base: Path, given: str) -> bool:  # a declared input file, with its recorded content
+        from vivarium.identity import digest_files
+
+        target = base / given
+        if not target.exists():
+            return False
+        now = digest_files([str(target)], None)[str(target)]
+        return config.input_digests.get(given) in (None, now)
+
+    # Input files are found as agent folders are (``input_files`` too are relative to where
+    # the run started); a base with the folders but not the files still anchors the folders,
+    # and the files' own check then says what is wrong with them.
+    for files in (inputs, []):
+        for base in bases:
+            if all(holds(base, g) for g in groups) and all(has(base, f) for f in files):
+                return config.model_copy(update={"base_dir": str(base)})
+        if not groups:
+            return config
     for group in groups:
         if any(holds(base, group) for base in bases):
             continue
@@ -595,13 +978,49 @@ def _anchor_agent_folders(trace: Path, config: ExperimentConfig) -> ExperimentCo
                 "resuming would not reproduce it (restore the folder, or start a new run)"
             )
         raise ConfigError(
-            f"{trace}: agent folder {group.agent} not found from {cwd} or {home} or their "
-            "parents (resume from the folder the run was started in)"
+            f"{trace}: agent folder {group.agent} not found from {Path.cwd()} or "
+            f"{trace.resolve().parent} or their parents (resume from the folder the run was "
+            "started in)"
         )
     raise ConfigError(  # each folder is found, but from different places
         f"{trace}: agent folders {', '.join(g.agent or '' for g in groups)} are not found "
         "together from one folder (resume from the folder the run was started in)"
     )
+
+
+def _bases(trace: Path, config: ExperimentConfig) -> list[Path]:
+    """Where a run's relative paths may start from: where a resume looks them up, in order.
+
+    The config's ``base_dir``, the working directory and its parents, then the trace's folder
+    and its parents (a notebook in ``notebooks/`` resumes a run made from the project root).
+    """
+    cwd, home = Path.cwd(), trace.resolve().parent
+    given = [Path(config.base_dir)] if config.base_dir else []
+    return list(dict.fromkeys([*given, cwd, *cwd.parents, home, *home.parents]))
+
+
+def _anchor_cassette(trace: Path, config: ExperimentConfig) -> ExperimentConfig:
+    """The config with its cassette (``llm.cache``) found where the run left it.
+
+    A cassette given by a relative path is relative to the folder the run started in, which
+    no trace records. Resumed from another folder (a notebook in ``notebooks/``), the path
+    would name a new, empty cassette there: in ``auto`` mode the rest of the run's replies
+    would go into it and the run's own cassette would never hold them. So, when the path does
+    not name a file from here, it is looked up as agent folders are (``_bases``) and the first
+    cassette found is used; none found: the path as it is (a run that never called the LLM
+    before it stopped made none).
+    """
+    llm = config.llm
+    if llm is None or not llm.cache:
+        return config
+    given = Path(llm.cache).expanduser()
+    if given.is_absolute() or given.exists():
+        return config
+    for base in _bases(trace, config):
+        if (base / given).is_file():
+            found = llm.model_copy(update={"cache": str(base / given)})
+            return config.model_copy(update={"llm": found})
+    return config
 
 
 def _check_registered_code(trace: Path, config: ExperimentConfig) -> None:
@@ -626,11 +1045,19 @@ def _check_registered_code(trace: Path, config: ExperimentConfig) -> None:
 
 
 def _resume_config(p: Path, meta: dict[str, Any], llm: dict[str, Any] | None) -> ExperimentConfig:
-    """The recorded config, with the recorded LLM settings and then ``llm`` on top."""
-    data = {**meta["config"], "run_id": meta["run_id"], "db": str(p)}
+    """The recorded config, with the recorded LLM settings and then ``llm`` on top.
+
+    Options the run was given as Python objects are given back from this process
+    (``vivarium.config.restore_option_objects``; one line where it does not have them).
+    """
+    from vivarium.config import restore_option_objects
+
+    data = restore_option_objects(dict(meta["config"]), f"resume {p}")
+    data.update(run_id=meta["run_id"], db=str(p))
     given = dict(llm or {})
     recorded = recorded_llm_settings(p)
     if data.get("llm") is not None:
+        _check_same_llm(p, data["llm"], given)
         data["llm"] = {**data["llm"], **recorded, **given}
     elif set(given) - {"api_key"}:  # a key from the environment is no request for LLM agents
         names = ", ".join(sorted(set(given) - {"api_key"}))
@@ -640,6 +1067,43 @@ def _resume_config(p: Path, meta: dict[str, Any], llm: dict[str, Any] | None) ->
     elif "max_concurrency" in recorded:  # the pace the run set for its async policies
         data["max_concurrency"] = recorded["max_concurrency"]
     return make_config(ExperimentConfig, data, where=f"resume {p}")
+
+
+# LLM settings a resume may change though they are in the run's identity: how hard a failed
+# call or decision is tried again (``vvm resume --num-retries --agent-timeout --agent-retries``).
+RESUME_LLM_FIELDS = frozenset({"num_retries", "agent_timeout", "agent_retries"})
+
+
+def _check_same_llm(p: Path, recorded: dict[str, Any], given: dict[str, Any]) -> None:
+    """Refuse, in one line, a resume asked to change what the model answers.
+
+    The model, the mock, the temperature, the system prompt, ... are part of what the run is
+    (its id derives from them): the committed steps were answered under the recorded ones,
+    and the steps after them under others would join two runs under one id. A resume takes
+    the settings of how calls are made (the server, the key, timeouts, the cassette) and
+    ``RESUME_LLM_FIELDS``; a value equal to the recorded one is no change.
+
+    Raises:
+        ConfigError: A given setting of the run's identity differs from the recorded one.
+    """
+    from vivarium.config import LLMConfig
+
+    asked = {k: v for k, v in given.items() if k not in LLM_TRANSPORT_FIELDS | RESUME_LLM_FIELDS}
+    if not asked:
+        return
+    try:
+        before = LLMConfig.model_validate(recorded).identity()
+        after = LLMConfig.model_validate({**recorded, **asked}).identity()
+    except Exception:  # a bad value: the config's validation says which, in one line
+        return
+    for key in sorted(asked):
+        if key in after and before.get(key) != after[key]:
+            raise ConfigError(
+                f"resume {p}: llm.{key} is part of what the run is, not of how its calls are "
+                f"made: its committed steps were answered with {key}={before.get(key)!r}, and "
+                f"going on with {after[key]!r} would join two runs under one id; resume "
+                f"without it, or start a new run with it (Experiment(..., llm={{{key!r}: ...}}))"
+            )
 
 
 def interrupted_error(exc: RunInterrupted, run_id: str, path: Path) -> RunInterrupted:

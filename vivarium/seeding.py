@@ -199,8 +199,26 @@ def agent_sort_key(agent_id: str) -> tuple[str, int, str]:
 
 
 def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: the one encoding that is hashed and recorded."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """JSON with sorted keys and no spaces: the one encoding that is hashed and recorded.
+
+    A numpy value is written as its Python value (``np.int64(5)`` as ``5``, an array as a list),
+    as the trace records it (``vivarium.trace.values``): were it written as its ``str``, a sweep
+    over ``np.arange(3)`` would derive other seeds than one over ``range(3)``, and a world's
+    snapshot would come back from a checkpoint holding strings. Anything else JSON cannot hold
+    is written as its ``str``.
+    """
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
+    )
+
+
+def _json_default(value: Any) -> Any:
+    """What ``canonical_json`` writes for a value JSON has no type for."""
+    if type(value).__module__.startswith("numpy") and hasattr(value, "tolist"):
+        converted = value.tolist()
+        if type(converted) in (int, float, bool, str, list):
+            return converted
+    return str(value)
 
 
 def digest(text: str | bytes) -> str:

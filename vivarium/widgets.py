@@ -31,12 +31,13 @@ import base64
 import contextlib
 import io
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from vivarium.config import ExperimentConfig, make_config
-from vivarium.errors import VivariumError
+from vivarium.config import ExperimentConfig, llm_switch, make_config, merge_overrides
+from vivarium.errors import OverrideWarning, VivariumError
 from vivarium.optional import require
 from vivarium.runner import run_experiment
 from vivarium.trace.run import TraceRun
@@ -357,20 +358,31 @@ class ControlPanel:
             data.update(agents=self.agents.value, policy=self.policy.value)
         _check_action_space(data.get("action_space"), self.world.value)
         if self._uses_llm():
-            llm = dict(data.get("llm") or {})
-            llm.update(
-                model=self.model.value or "mock",
-                mock=bool(self.mock.value),
-                api_base=self.api_base.value.strip() or None,
-                api_key=self._api_key,
-            )
+            llm: dict[str, Any] = {
+                "model": self.model.value or "mock",
+                "mock": bool(self.mock.value),
+                "api_base": self.api_base.value.strip() or None,
+                "api_key": self._api_key,
+            }
             if self.cache_mode.value == "off":
                 llm["cache"] = None
             else:
+                base_llm = data.get("llm") or {}
                 llm["cache_mode"] = self.cache_mode.value
-                llm["cache"] = llm.get("cache") or str(self.folder / f"{data['name']}.cassette")
-            data["llm"] = llm
-        return make_config(ExperimentConfig, data, where="panel")
+                # A cassette keeps one provider's replies: the mock's go to their own file.
+                own = (
+                    f"{data['name']}-mock.cassette"
+                    if llm["mock"] or llm["model"] == "mock"
+                    else f"{data['name']}.cassette"
+                )
+                llm["cache"] = base_llm.get("cache") or str(self.folder / own)
+            # Merged into the experiment's own LLM settings, as every entry point merges.
+            data = merge_overrides(data, {"llm": llm})
+        config = make_config(ExperimentConfig, data, where="panel")
+        note = llm_switch(self.base_config.llm, config.llm)
+        if note is not None:
+            warnings.warn(note, OverrideWarning, stacklevel=2)
+        return config
 
     # -- running ------------------------------------------------------------------------------
     def run(self) -> TraceRun | None:

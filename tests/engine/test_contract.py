@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -422,6 +423,11 @@ def test_the_seed_design_keywords_still_build_an_engine() -> None:
     assert engine._batch is not None  # random agents in the channel: the batch path
 
 
+def _spoiled_rows(text: str, spoil: Any) -> str:
+    """The column ``text`` with each non-null row spoiled (kept compact, as a column must be)."""
+    return encode_column([None if row is None else spoil(row) for row in json.loads(text)])
+
+
 @pytest.mark.parametrize(
     ("spoil", "problem"),
     [
@@ -429,9 +435,14 @@ def test_the_seed_design_keywords_still_build_an_engine() -> None:
         (lambda text: text[: text.rindex(",")] + "]", "is not a JSON array of 7 values"),
         (lambda text: "[" + ",".join(["null"] * 7) + "]", "a column of nulls only is None"),
         (lambda text: "[" + ",".join(["7"] * 7) + "]", "values other than texts"),
+        # Each row as the per-agent path writes it (``encode_object``): before, kept as given.
+        (lambda text: _spoiled_rows(text, lambda row: row.replace(":", ": ")), r"row \d+ is not"),
+        (lambda text: _spoiled_rows(text, lambda row: "[1]"), r"row \d+ is not a JSON object"),
+        (lambda text: _spoiled_rows(text, lambda row: '{"k":1e999}'), r"row \d+ is not a JSON"),
     ],
-    ids=["spaces", "a row short", "nulls as text", "numbers, not texts"],
-)
+    ids=["spaces", "a row short", "nulls as text", "numbers, not texts", "a row with spaces",
+         "a row not an object", "a row that is not its value's text"],
+)  # fmt: skip
 def test_a_batch_column_unlike_the_per_agent_paths_is_refused(
     db: Path, spoil: Any, problem: str
 ) -> None:

@@ -11,6 +11,7 @@ from vivarium.engine.engine import WorldEngine, WorldEngineConfig, _shuffle
 from vivarium.gateways.base import CallRecord, next_occurrence, record_call
 from vivarium.seeding import CountingRandom, canonical_json
 from vivarium.trace.records import StepRecord, encode_object, hash_record
+from vivarium.trace.values import UnrecordableValue
 from vivarium.types import ActionRequest
 from vivarium.worlds.boltzmann import BoltzmannPolicy, BoltzmannWorld
 from vivarium.worlds.registry import NoArguments
@@ -195,17 +196,28 @@ def test_shuffle_is_random_shuffle(n: int) -> None:
         {"to": 1.5},
         {"to": None},
         {"to": ["a", {"z": 1, "y": 2}]},
-        {"when": object},
         {"to": 37, "give_to": "agent_5"},
-        {"z": -1, "a": 10**30, "m": "x", "b": 0},
+        {"z": -1, "a": 2**64 - 1, "m": "x", "b": 0},
         {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5},
         {"a": False, "b": 1},
         {"b": "y", "a": None},
-        {1: "x"},
+        {"price": 1.5, "ok": True, "none": None, "n": -0.0},
+        {"big": 1e300, "tiny": 5e-324, "e": 1e16},
+        {"x": float("nan"), "y": float("-inf")},
     ],
 )
 def test_encode_object_is_canonical_json(value: Any) -> None:
     assert encode_object(value) == (canonical_json(value) if value else None)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"when": object}, {"z": -1, "a": 10**30, "m": "x", "b": 0}, {1: "x"}, {1: "x", "b": 2}],
+)
+def test_encode_object_refuses_what_json_would_change(value: Any) -> None:
+    # canonical_json writes str(object), 10**30, and the key 1 as "1": none reads back as given.
+    with pytest.raises(UnrecordableValue):
+        encode_object(value)
 
 
 def test_boltzmann_policy_draws_as_from_the_list_of_others() -> None:

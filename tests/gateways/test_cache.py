@@ -152,10 +152,10 @@ def test_failures_are_cached_with_their_attempts_and_replayed(tmp_path: Path) ->
     assert [(r.error, r.latency_ms, r.cache_hit) for r in again] == [
         (records[0].error, records[0].latency_ms, True)
     ]
-    # A cassette holding a failure, or calls' text (schema 3), needs a newer reader: older
-    # versions refuse it.
+    # A cassette holding a failure, calls' text (schema 3) or where its replies came from
+    # (schema 4) needs a newer reader: older versions refuse it.
     con = sqlite3.connect(path)
-    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("3",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("4",)
     con.close()
 
 

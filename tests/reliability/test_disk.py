@@ -220,7 +220,7 @@ def test_a_second_run_on_the_same_trace_is_refused_and_nothing_is_corrupted(
             refusals.append(one_line(capsys.readouterr().err))
         for line in refusals:
             assert "is being written by another run" in line, line
-        assert validate_trace(db).status == "incomplete"  # reading while it runs is fine
+        assert validate_trace(db).status == "running"  # reading while it runs is fine
         assert first.poll() is None
     finally:
         release.touch()

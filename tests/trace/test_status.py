@@ -27,7 +27,7 @@ def test_a_complete_trace_is_finished_and_not_resumable(tmp_path: Path) -> None:
     assert first_fallback(path) is None  # random agents never fall back
 
 
-def test_an_interrupted_trace_with_a_checkpoint_is_resumable(tmp_path: Path) -> None:
+def test_an_interrupted_trace_with_committed_steps_is_resumable(tmp_path: Path) -> None:
     path, run_id = _run(tmp_path)
     with sqlite3.connect(path) as con:
         con.execute("UPDATE runs SET status = 'interrupted'")
@@ -36,7 +36,11 @@ def test_an_interrupted_trace_with_a_checkpoint_is_resumable(tmp_path: Path) -> 
     assert not is_resumable(path, "another-run")
     with sqlite3.connect(path) as con:
         con.execute("DELETE FROM checkpoints")
-    assert not is_resumable(path, run_id)  # nothing to resume from: the run is redone
+    # No checkpoint is needed: a resume re-executes the committed steps from the trace.
+    assert is_resumable(path, run_id)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE runs SET steps_done = 0")
+    assert not is_resumable(path, run_id)  # nothing committed to keep: the run is redone
 
 
 class _BrokenOnStep2:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import gc
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,12 +25,15 @@ from vivarium.errors import RunInterrupted, VivariumError
 from vivarium.gateways.base import (
     CallRecord,
     LLMUnavailable,
+    RecordedAnswers,
+    answer_from,
     collect_calls,
     decision_deadline,
     reset_on_llm_error,
     run_stopper,
     set_on_llm_error,
     start_collecting,
+    stop_answering,
     stop_collecting,
 )
 from vivarium.types import ActionRequest
@@ -213,6 +216,12 @@ class Decider:
         # Policies that call a model (they hold a gateway): a decision of theirs that times out
         # on every attempt is the server's slowness, not the agent's choice.
         self.calls_llm = [c.calls_llm for c in capabilities]
+        # The recorded LLM calls of each (step, agent index) a resume re-executes: answered
+        # from the trace, not the gateway (``gateways.recorded``); None while a run records.
+        self.recorded: Mapping[tuple[int, int], RecordedAnswers] | None = None
+        # (agent index, its call records) of every decision of the step under way: what a stop
+        # in the middle of the step discards, for the trace's ``interruptions`` table.
+        self.pending: list[tuple[int, list[CallRecord]]] = []
 
     # -- one agent ----------------------------------------------------------------------------
     def _sync_once(self, idx: int, t: int, observation: dict[str, Any]) -> ActionRequest | str:
@@ -227,7 +236,10 @@ class Decider:
             return run_async(self._decide_async(idx, t, observation, asyncio.Semaphore(1)))
         errors: list[str] = []
         calls, token = start_collecting()
+        self.pending.append((idx, calls))
         mode = set_on_llm_error(self.on_llm_error)
+        answers = None if self.recorded is None else self.recorded.get((t, idx))
+        answering = None if answers is None else answer_from(answers)
         try:
             for _attempt in range(self.retries + 1):
                 try:
@@ -241,6 +253,8 @@ class Decider:
                     return Decision(None, outcome, calls)
                 return Decision(outcome, None, calls)
         finally:
+            if answering is not None:
+                stop_answering(answering)
             reset_on_llm_error(mode)
             stop_collecting(token)
         return Decision(None, _failure_reason(errors), calls)
@@ -251,9 +265,13 @@ class Decider:
         errors: list[str] = []
         policy = self.policies[idx]
         set_on_llm_error(self.on_llm_error)  # this task's own context: no reset needed
+        answers = None if self.recorded is None else self.recorded.get((t, idx))
+        if answers is not None:  # a re-executed step: its calls answered as recorded
+            answer_from(answers)
         timed_out = False
         async with gate:
             with collect_calls() as calls:
+                self.pending.append((idx, calls))
                 for _attempt in range(self.retries + 1):
                     call = policy.adecide(
                         run_id=self.run_id,

@@ -13,6 +13,12 @@ policies' class decides them (``vivarium.policies.base.BatchPolicy``, random age
 which every agent acts is one call to each, and the decisions and outcomes arrive as the
 columns the trace stores. The engine knows no world or policy: it reads what they can do from
 the capabilities checked when it is built (``vivarium.engine.capabilities``).
+
+Resume: a resumed run re-executes the steps its trace committed (``replay_recorded``): they
+run as any step does but are not written, each must hash to the state it recorded (else
+``ResumeDiverged``), and their LLM calls are answered from the trace. A checkpoint is written in
+the transaction of its step. A run that stops records the stop and what it discarded in the
+trace's ``interruptions`` table (``_record_interruption``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import contextlib
 import json
 import random
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -36,19 +43,21 @@ from vivarium.engine.deciding import (
 from vivarium.engine.interrupts import interrupts_deferred
 from vivarium.engine.lean import lean_eligible, step_lean
 from vivarium.engine.reporters import REPORTERS_META_KEY, Reporters, check_resumed
-from vivarium.errors import ConfigError, RunInterrupted
+from vivarium.errors import ConfigError, ResumeDiverged, RunInterrupted
 from vivarium.policies.base import AgentPolicy, BatchDecider, policy_name
 from vivarium.seeding import agent_sort_key, canonical_json, derive_seed
 from vivarium.trace.db import TraceDb
 from vivarium.trace.records import (
     GENESIS_HASH,
     StepRecord,
+    check_messages,
     encode_column,
     encode_object,
     hash_record,
 )
 from vivarium.trace.schema import MAX_AGENTS_PER_STEP
-from vivarium.types import ActionResult, RunMetadata
+from vivarium.trace.values import UnrecordableValue
+from vivarium.types import ActionRequest, ActionResult, RunMetadata
 from vivarium.worlds.base import World, world_name
 
 Scheduling = Literal["sequential", "simultaneous"]
@@ -92,6 +101,11 @@ StepCallback = Callable[[int, StepRecord], None]
 _json_or_none = encode_object  # canonical JSON of a non-empty mapping, else None
 
 
+def _reason(error: Any) -> str | None:
+    """A refusal's reason as the trace keeps it: text (a world's ``failed(exc)`` is its str)."""
+    return error if error is None or type(error) is str else str(error)
+
+
 def _quoted_names(names: tuple[str, ...]) -> np.ndarray:
     return np.array([json.dumps(name, ensure_ascii=False) for name in names], dtype=object)
 
@@ -124,11 +138,13 @@ class WorldEngine:
             world: Where the agents act: anything with the ``World`` methods.
             trace_db: Where each step is recorded; None records nothing.
             metadata: What to record about the run; None derives it from ``config``.
-            checkpoint_every: Write a checkpoint after every this many steps.
+            checkpoint_every: Write a checkpoint after every this many steps (a world that
+                cannot ``snapshot()`` its state is refused: its checkpoints would be empty).
             agent_seeds: The seed each agent runs on, recorded in the agents table.
 
         Raises:
-            ConfigError: No agents, too many, or a world or policy that breaks its contract.
+            ConfigError: No agents, too many, a world or policy that breaks its contract, or
+                ``checkpoint_every`` for a world without ``snapshot``/``restore``.
         """
         if not agents:
             raise ConfigError("a run needs at least one agent")
@@ -140,6 +156,15 @@ class WorldEngine:
         self.capabilities = check_policies(self.agent_ids, self.policies)
         self.world = world
         self.world_capabilities = check_world(world)
+        if checkpoint_every and not self.world_capabilities.checkpoints:
+            # Its checkpoints would hold no world state, and a resume from one would go on
+            # from a fresh world. Without checkpoints a resume re-executes the run from its
+            # start instead, which needs nothing of the world.
+            raise ConfigError(
+                f"checkpoint_every={checkpoint_every}: world {type(world).__name__} has no "
+                "snapshot()/restore() to save its state; leave checkpoint_every unset (a resume "
+                "then re-executes the committed steps) or give the world both methods"
+            )
         self._hand_world_actions()
         self.trace_db = trace_db
         self.metadata = metadata
@@ -148,6 +173,10 @@ class WorldEngine:
         self.agent_seeds = dict(agent_seeds or {})
         self.state_hash = GENESIS_HASH
         self.next_step = 0
+        # A resume's re-execution of committed steps (see ``replay_recorded``), and the step
+        # under way (what a stop in its middle discards, for ``interruptions``).
+        self._replay: _Replay | None = None
+        self._step_record: StepRecord | None = None
         self._batch: BatchDecider | None = None
         self._batch_checked = False
         self._batch_texts_checked = False
@@ -310,6 +339,9 @@ class WorldEngine:
                 (c.prompt_tokens or 0) + (c.completion_tokens or 0) for c in decision.calls
             )
             self.world.record_llm_usage(self.agent_ids[idx], tokens)
+        # Recorded as the world receives them: encoded before it acts (a world that changes
+        # the arguments it was given cannot change what was recorded).
+        arguments = self._recorded(idx, t, request, "the policy's arguments", request.arguments)
         if request.agent_id != self.agent_ids[idx] or request.time_step != t:
             result = ActionResult.failed(
                 f"request names agent {request.agent_id!r} at step {request.time_step}, "
@@ -329,9 +361,9 @@ class WorldEngine:
             record.add_action(
                 idx,
                 request.action_name,
-                _json_or_none(request.arguments),
+                arguments,
                 request.reasoning,
-                _json_or_none(metadata),
+                self._recorded(idx, t, request, "the policy's metadata", metadata),
                 False,
                 None,
                 str(reason),
@@ -341,13 +373,26 @@ class WorldEngine:
         record.add_action(
             idx,
             request.action_name,
-            _json_or_none(request.arguments),
+            arguments,
             request.reasoning,
-            _json_or_none(request.metadata),
+            self._recorded(idx, t, request, "the policy's metadata", request.metadata),
             result.success,
-            _json_or_none(result.result),
-            result.error,
+            self._recorded(idx, t, request, "the world's result", result.result),
+            _reason(result.error),
         )
+
+    def _recorded(
+        self, idx: int, t: int, request: ActionRequest, part: str, value: dict[str, Any] | None
+    ) -> str | None:
+        """``value`` as the trace stores it, or one line naming it if it cannot be recorded.
+
+        Raises:
+            UnrecordableValue: names the agent, step, action and the part of the decision.
+        """
+        try:
+            return _json_or_none(value)
+        except UnrecordableValue as exc:
+            raise exc.in_decision(self.agent_ids[idx], t, request.action_name, part) from None
 
     def _step_general(self, t: int, record: StepRecord, agents: list[int] | None = None) -> None:
         order = self.order(t)
@@ -442,7 +487,8 @@ class WorldEngine:
             check_resumed(self.trace_db, self.reporters)
         if t == 0 and self.reporters is not None and self._init_report is None:
             self._init_report = self.reporters.collect(self.world, -1)
-        record = StepRecord(step=t, clock=clock)
+        record = self._step_record = StepRecord(step=t, clock=clock)
+        self.decider.pending.clear()
         batch = self._batch_decider() if agents is None else None
         if batch is not None:
             self._step_batch(t, batch, record)
@@ -450,16 +496,68 @@ class WorldEngine:
             self._step_general(t, record, agents)
         if self.world_capabilities.messages:
             record.messages = self.world.take_messages()
+            check_messages(record.messages, t)  # as given, or one line before the step commits
         if self.reporters is not None:  # Mesa-style reporters: init (step -1) with step 0
             self._report(t, record)
         record.world_digest = self.world.state_digest()
         self.state_hash = record.state_hash = hash_record(self.state_hash, record)
         self.next_step = t + 1
-        if self.trace_db is not None:
-            self.trace_db.write_step(record)
+        self._step_record = None
+        if self._replay is not None and t < self._replay.stop:
+            self._replay.check(self, t, record)  # re-executed, not written
+        elif self.trace_db is not None:
+            checkpoint = None
             if self.checkpoint_every and (t + 1) % self.checkpoint_every == 0:
-                self.write_checkpoint()
+                # Committed with the step, in one transaction: a stop between the two would
+                # leave a trace without a checkpoint an uninterrupted run has.
+                state = self.checkpoint_state()
+                checkpoint = (canonical_json(state["world"]), canonical_json(state["agents"]))
+            self.trace_db.write_step(record, checkpoint)
         return record
+
+    def replay_recorded(
+        self,
+        state_hashes: list[str],
+        calls: Mapping[tuple[int, int], Any] | None = None,
+    ) -> None:
+        """Re-execute the next steps as a resume does: without writing, checked against the trace.
+
+        The next ``len(state_hashes)`` steps run as any step does (the world, the policies,
+        their states, the reporters), but nothing of them is written: they are in the trace
+        already. Each step's state hash must be the one it recorded, else ``step`` raises
+        ``ResumeDiverged`` (the run is not reproducible from its inputs). Their LLM calls are
+        answered from ``calls`` (``vivarium.gateways.recorded``), so a model that samples, or
+        a server that is down, gives the replies the agents had. The step after them is the
+        first one written.
+
+        Args:
+            state_hashes: The state hash each of the next steps recorded, in order.
+            calls: (step, agent index) -> the recorded calls of that decision (None: none).
+        """
+        if not state_hashes:
+            return
+        self._replay = _Replay(self.next_step + len(state_hashes), state_hashes, self._lean)
+        self._lean = False  # the general path sets the answers per decision (same rows)
+        self.decider.recorded = {} if calls is None else calls
+
+    def end_replay(self) -> None:
+        """Stop re-executing: the next step is recorded (``step`` calls it after the last).
+
+        The recorded calls are let go of (a reader of the trace, if they have ``close``: it
+        would hold back the trace's WAL while the run writes).
+        """
+        replay, self._replay = self._replay, None
+        if replay is not None:
+            self._lean = replay.lean
+        calls, self.decider.recorded = self.decider.recorded, None
+        close = getattr(calls, "close", None)
+        if close is not None:
+            close()
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the next step is one a resume re-executes without writing."""
+        return self._replay is not None
 
     def _report(self, t: int, record: StepRecord) -> None:
         """Collect the reporters after step ``t`` (and the state before step 0, at step 0)."""
@@ -565,9 +663,11 @@ class WorldEngine:
         """
         status, error = "complete", None
         recorded: list[bool] = []
+        stopped: BaseException | None = None
         try:
             yield
         except BaseException as exc:
+            stopped = exc
             status, error = "failed", f"{type(exc).__name__}: {exc}"
             if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (engine.interrupts)
                 status, error = "interrupted", f"KeyboardInterrupt: {exc}"
@@ -578,16 +678,28 @@ class WorldEngine:
         finally:
             try:
                 with interrupts_deferred():
-                    self._record_end(status, error, finish, autonomous)
+                    self._record_end(status, error, finish, autonomous, stopped)
                     recorded.append(True)
             except KeyboardInterrupt:
                 if not recorded:  # the signal came before the block above took hold
                     with interrupts_deferred():
-                        self._record_end(status, error, finish, autonomous)
+                        self._record_end(status, error, finish, autonomous, stopped)
                 raise
 
-    def _record_end(self, status: str, error: str | None, finish: bool, autonomous: bool) -> None:
-        """Write the run's status and wait until it is committed (see ``_finishing``)."""
+    def _record_end(
+        self,
+        status: str,
+        error: str | None,
+        finish: bool,
+        autonomous: bool,
+        stopped: BaseException | None = None,
+    ) -> None:
+        """Write the run's status and wait until it is committed (see ``_finishing``).
+
+        A run that stops before its end also records the stop in ``interruptions``: where,
+        why, and what of the step under way it discards. A refused resume (``ResumeDiverged``)
+        is no stop of the run: it records nothing.
+        """
         try:
             if self._batch is not None:
                 self._batch.sync_policies()
@@ -597,10 +709,67 @@ class WorldEngine:
                     self.trace_db.finish_run(
                         status, error, steps=self.next_step if autonomous else None
                     )
+                    if status != "complete" and not isinstance(stopped, ResumeDiverged):
+                        self._record_interruption(status, error)
                     self.trace_db.flush()
                 except Exception:
                     if status == "complete":
                         raise
+
+    def _record_interruption(self, status: str, error: str | None) -> None:
+        """Record in ``interruptions`` that the run stopped at its next step, and what it lost."""
+        assert self.trace_db is not None
+        record, calls = self._step_record, []
+        step = self.next_step
+        if self._replay is not None:  # stopped re-executing: nothing of the run is lost
+            record, step = None, self._replay.stop
+        for idx, made in self.decider.pending if record is not None else ():
+            agent_id = self.agent_ids[idx]
+            calls += [discarded_call(agent_id, call) for call in made]
+        decided = 0 if record is None else len(record.agent_idx) or record.n_actions
+        self.trace_db.record_interruption(
+            step=step, ended=status, reason=error, decisions=decided, calls=calls
+        )
+
+
+@dataclass(slots=True)
+class _Replay:
+    """The steps a resume re-executes: the first one written, and what each must hash to."""
+
+    stop: int  # the first step written
+    state_hashes: list[str]  # for the steps stop - len(state_hashes) .. stop - 1
+    lean: bool  # whether the engine took the lean path before (restored after)
+
+    def check(self, engine: WorldEngine, t: int, record: StepRecord) -> None:
+        """Refuse a re-executed step that is not the one recorded; end with the last one.
+
+        Raises:
+            ResumeDiverged: The step's state hash is not the recorded one.
+        """
+        expected = self.state_hashes[t - self.stop + len(self.state_hashes)]
+        if record.state_hash != expected:
+            raise ResumeDiverged(
+                f"step {t} re-executed to state {record.state_hash[:12]}, the trace recorded "
+                f"{expected[:12]}",
+                step=t,
+                record=record,
+            )
+        if t + 1 >= self.stop:
+            engine.end_replay()
+
+
+def discarded_call(agent_id: str, call: Any) -> dict[str, Any]:
+    """One LLM call attempt a stop discarded, as ``interruptions.discarded`` keeps it."""
+    return {
+        "agent_id": agent_id,
+        "attempt": call.attempt,
+        "model": call.model,
+        "request_hash": call.request_hash,
+        "prompt_tokens": call.prompt_tokens,
+        "completion_tokens": call.completion_tokens,
+        "error": call.error,
+        "reply": call.reply,
+    }
 
 
 def _shuffle(items: list[int], rng: random.Random) -> None:
@@ -651,6 +820,11 @@ def _check_batch_texts(batch: Any, decisions: Any, outcomes: Any, rows: int) -> 
             problem = "holds values other than 1 and 0"
         elif name != "success" and not all(v is None or type(v) is str for v in values):
             problem = "holds values other than texts (each row's JSON or reason) and null"
+        elif name in _OBJECT_COLUMNS and (row := _non_canonical_row(values)) is not None:
+            problem = (
+                f"row {row} is not a JSON object as the per-agent path records it "
+                "(vivarium.trace.records.encode_object: canonical JSON, keys sorted)"
+            )
         elif encode_column(values) != text:
             problem = (
                 "is not compact JSON as vivarium.trace.records.encode_column writes it "
@@ -659,6 +833,30 @@ def _check_batch_texts(batch: Any, decisions: Any, outcomes: Any, rows: int) -> 
         else:
             continue
         raise ConfigError(f"{type(batch).__name__}: the batch's '{name}' column {problem}")
+
+
+# The batch columns whose rows are JSON objects (``arguments``, ``metadata``, ``result``).
+_OBJECT_COLUMNS = frozenset({"arguments", "metadata", "result"})
+
+
+def _non_canonical_row(rows: list[str | None]) -> int | None:
+    """The first row that is not the text ``encode_object`` writes for its value, or None.
+
+    Each distinct text is checked once (a batch's metadata is often one text for every row).
+    """
+    seen: set[str] = set()
+    for i, text in enumerate(rows):
+        if text is None or text in seen:
+            continue
+        seen.add(text)
+        try:
+            value = json.loads(text)
+            same = isinstance(value, dict) and encode_object(value) == text
+        except (ValueError, UnrecordableValue):
+            same = False
+        if not same:
+            return i
+    return None
 
 
 def _is_count(value: object) -> bool:

@@ -27,6 +27,7 @@ from vivarium.gateways.base import (
     stop_collecting,
 )
 from vivarium.trace.records import StepRecord, encode_object
+from vivarium.trace.values import UnrecordableValue
 from vivarium.types import ActionRequest, ActionResult
 
 if TYPE_CHECKING:
@@ -88,8 +89,12 @@ def _decide_all(
             metadata.extend([None] * missing)
             fallback.extend([0] * missing)
 
+    pending = engine.decider.pending
+
     def commit(idx: int, decision: Decision) -> None:
         pad()
+        if decision.calls:  # what a stop later in the step discards (``interruptions``)
+            pending.append((idx, decision.calls))
         engine._commit(idx, t, decision, record)
 
     # The step's columns, appended to directly (``StepRecord.add_action``, inlined).
@@ -117,6 +122,7 @@ def _decide_all(
             )
         except Exception as exc:  # fail soft, record loud (as Decider.decide_sync)
             if (abort := _fatal(exc, agent_id, t)) is not None:
+                pending.append((idx, calls[:]))
                 raise abort from None
             commit(idx, Decision(None, _failure_reason([_describe(exc)]), calls[:]))
             continue
@@ -127,15 +133,29 @@ def _decide_all(
         if calls or request.metadata or request.agent_id != agent_id or request.time_step != t:
             commit(idx, Decision(request, None, calls[:]))
             continue
+        try:  # recorded as the world receives them (as ``_commit`` does)
+            arguments = encode_object(request.arguments)
+        except UnrecordableValue as exc:
+            raise exc.in_decision(
+                agent_id, t, request.action_name, "the policy's arguments"
+            ) from None
         try:
             result = apply(request)
         except Exception as exc:  # a world bug must not lose the run
             result = ActionResult.failed(f"world error: {type(exc).__name__}: {exc}")
         add_idx(idx)
         add_action(request.action_name)
-        add_arguments(encode_object(request.arguments))
+        add_arguments(arguments)
         add_reasoning(request.reasoning)
         add_success(1 if result.success else 0)
-        add_result(None if result.result is None else encode_object(result.result))
-        add_error(result.error)
+        if result.result is None:
+            add_result(None)
+        else:
+            try:
+                add_result(encode_object(result.result))
+            except UnrecordableValue as exc:
+                part = "the world's result"
+                raise exc.in_decision(agent_id, t, request.action_name, part) from None
+        error = result.error
+        add_error(error if error is None or type(error) is str else str(error))
     pad()

@@ -17,8 +17,9 @@ rows) and after every step, once the step's actions are applied. A reporter that
 the run (status ``failed``, the step not committed) with one line naming the reporter: a null
 recorded instead would pass a model bug off as a measurement.
 
-The callables never enter the config (nor the run id): the trace records their names in its
-``meta`` table (``reporters``).
+The callables never enter the config: the trace records their names in its ``meta`` table
+(``reporters``), and the run id their code's digests (``vivarium.identity``: a reporter changed,
+or a value it reads, names another run).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from vivarium.errors import ConfigError
 from vivarium.trace.records import encode_agent_values, encode_model_value
+from vivarium.trace.values import UnrecordableValue
 
 Reporter = Callable[[Any], Any]
 
@@ -46,6 +48,19 @@ class ReporterError(ConfigError):
     """A reporter raised, or returned what cannot be recorded (the message names it)."""
 
 
+RESERVED_NAMES: dict[str, tuple[str, ...]] = {
+    "model_reporters": ("step", "run_id"),
+    "agent_reporters": ("step", "agent_id", "run_id"),
+}
+"""Names a reporter cannot have: the columns its frame has already (``run_id`` when read with it).
+
+A reporter named ``step`` would replace the frame's step column; one named ``run_id`` would
+stand beside the run's. A sweep's merged frames also start with ``run``, ``replication`` and
+``seed`` (``SWEEP_COLUMNS``): refused too, before step 0.
+"""
+SWEEP_COLUMNS = ("run", "replication", "seed")
+
+
 def check_reporters(value: Any, what: str) -> dict[str, Reporter]:
     """A reporters mapping as given (None: none), checked: names to callables.
 
@@ -58,9 +73,18 @@ def check_reporters(value: Any, what: str) -> dict[str, Reporter]:
         raise ConfigError(
             f"{what}: expected a dict of name -> callable, not {type(value).__name__}"
         )
+    reserved = (*RESERVED_NAMES.get(what, ()), *SWEEP_COLUMNS)
     for name, reporter in value.items():
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{what}: reporter names must be non-empty strings, not {name!r}")
+        if name in reserved:
+            frame = "model_vars" if what == "model_reporters" else "agent_vars"
+            own = ", ".join(RESERVED_NAMES.get(what, ()))
+            raise ConfigError(
+                f"{what}: '{name}' is a column name the {frame} frame uses ({own}; a sweep's "
+                f"also {', '.join(SWEEP_COLUMNS)}); give the reporter another name, "
+                f"e.g. '{name}_value'"
+            )
         if not callable(reporter):
             raise ConfigError(f"{what}['{name}']: not callable ({type(reporter).__name__})")
     return dict(value)
@@ -71,18 +95,39 @@ def active_reporters() -> tuple[dict[str, Reporter], dict[str, Reporter]] | None
     return _EXPERIMENT.get()
 
 
+_SENT_DIGESTS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "vivarium_sent_reporter_digests", default=None
+)
+
+
+def sent_reporter_digests() -> dict[str, str] | None:
+    """The reporters' identity digests a sweep process sent with them (None: digest them here).
+
+    A worker's copy of a reporter defined in a notebook or a script is not in the file it came
+    from, so its run ids use the digests taken where it was defined (``vivarium.identity``).
+    """
+    return _SENT_DIGESTS.get()
+
+
 @contextlib.contextmanager
 def experiment_reporters(
-    model: Mapping[str, Reporter] | None, agent: Mapping[str, Reporter] | None
+    model: Mapping[str, Reporter] | None,
+    agent: Mapping[str, Reporter] | None,
+    digests: Mapping[str, str] | None = None,
 ) -> Iterator[None]:
-    """Add these reporters to every engine built inside the block (``Experiment`` uses it)."""
+    """Add these reporters to every engine built inside the block (``Experiment`` uses it).
+
+    ``digests``: their identity digests as a sweep process sent them (a worker's).
+    """
     if not model and not agent:
         yield
         return
     token = _EXPERIMENT.set((dict(model or {}), dict(agent or {})))
+    sent = _SENT_DIGESTS.set(dict(digests) if digests is not None else None)
     try:
         yield
     finally:
+        _SENT_DIGESTS.reset(sent)
         _EXPERIMENT.reset(token)
 
 
@@ -154,11 +199,8 @@ class Reporters:
             value = _call(reporter, world, name, "model", step)
             try:
                 model_rows.append((step, name, *encode_model_value(value)))
-            except (TypeError, ValueError) as exc:
-                raise ReporterError(
-                    f"model reporter '{name}' at step {step}: cannot record "
-                    f"{type(value).__name__} ({exc})"
-                ) from None
+            except UnrecordableValue as exc:
+                raise ReporterError(str(exc.at(f"model reporter '{name}' {_when(step)}"))) from None
         agent_rows = []
         n = len(self.agent_ids)
         for name, reporter in self.agent.items():
@@ -187,10 +229,14 @@ class Reporters:
                     values = [values[i] for i in order]
             try:
                 agent_rows.append((step, name, *encode_agent_values(values)))
-            except (TypeError, ValueError) as exc:
-                raise ReporterError(
-                    f"agent reporter '{name}' at step {step}: cannot record its values ({exc})"
-                ) from None
+            except UnrecordableValue as exc:
+                where = f"agent reporter '{name}' {_when(step)}"
+                if exc.path:  # "[i]": the value of agent i (run order)
+                    agent = self.agent_ids[int(exc.path[0][1:-1])]
+                    exc = UnrecordableValue(
+                        exc.reason, path=exc.path[1:], where=f"{where}, {agent}"
+                    )
+                raise ReporterError(str(exc.at(exc.where or where))) from None
         return model_rows, agent_rows
 
 
@@ -225,6 +271,10 @@ def check_resumed(trace: Any, reporters: Reporters | None) -> None:
             f"this run recorded {', '.join(missing)}: resume it with them "
             "(Run.resume(model_reporters=..., agent_reporters=...))"
         )
+
+
+def _when(step: int) -> str:
+    return "before step 0" if step < 0 else f"at step {step}"
 
 
 def _call(reporter: Reporter, world: Any, name: str, kind: str, step: int) -> Any:

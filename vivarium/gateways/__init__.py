@@ -4,7 +4,8 @@
 ``cache`` (record/replay), ``retry``, ``ratelimit``, and the providers ``mock`` (deterministic)
 and ``litellm_gateway`` (real models). ``stack`` composes them, cache -> retry -> rate limit ->
 provider, from plain ``GatewaySettings``. ``exchange`` gives a call's text its one shape (the
-body sent, the reply received), which call records, the cassette and the trace all keep.
+body sent, the reply received), which call records, the cassette and the trace all keep;
+``provenance`` says where a cassette's replies came from (the mock, or a real model).
 
 Importing this package stays light: ``litellm`` (and with it ``openai`` and ``httpx``) is
 imported on a ``LiteLLMGateway``'s first call.
@@ -29,6 +30,7 @@ from vivarium.gateways.cache import (
     CachingGateway,
     Cassette,
     CassetteError,
+    CassetteMixError,
 )
 from vivarium.gateways.litellm_gateway import LiteLLMGateway
 from vivarium.gateways.mock import MockLLMGateway
@@ -43,6 +45,7 @@ __all__ = [
     "CallRecord",
     "Cassette",
     "CassetteError",
+    "CassetteMixError",
     "GatewayBase",
     "GatewaySettings",
     "LLMCallError",

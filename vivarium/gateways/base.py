@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -245,6 +245,10 @@ class GatewayBase:
     A layer that wraps another keeps it as ``inner`` (see ``stack.layers``).
     """
 
+    # A run's identity names a gateway by its type (``vivarium.identity``): it holds
+    # connections and the process id, and what it answers is the run's ``llm`` settings.
+    __identity__ = "type"
+
     def complete(self, request: LLMRequest) -> LLMResponse:
         """Answer ``request`` (blocking); every layer implements it."""
         raise NotImplementedError
@@ -254,12 +258,55 @@ class GatewayBase:
         return self.complete(request)
 
     def chat(self, **request: Any) -> LLMResponse:
-        """``complete`` with the request's fields as keyword arguments."""
-        return self.complete(LLMRequest(**request))
+        """``complete`` with the request's fields as keyword arguments.
+
+        A decision a resume re-executes is answered from the trace instead (``answer_from``).
+        """
+        asked = LLMRequest(**request)
+        answers = _recorded.get()
+        if answers is not None and (recorded := answers.take(asked)) is not None:
+            return recorded()
+        return self.complete(asked)
 
     async def achat(self, **request: Any) -> LLMResponse:
-        """``acomplete`` with the request's fields as keyword arguments."""
-        return await self.acomplete(LLMRequest(**request))
+        """``acomplete`` with the request's fields as keyword arguments (see ``chat``)."""
+        asked = LLMRequest(**request)
+        answers = _recorded.get()
+        if answers is not None and (recorded := answers.take(asked)) is not None:
+            return recorded()
+        return await self.acomplete(asked)
+
+
+class RecordedAnswers(Protocol):
+    """What one decision's LLM calls answered when they were recorded (see ``answer_from``)."""
+
+    def take(self, request: LLMRequest) -> Callable[[], LLMResponse] | None:
+        """The recorded outcome of ``request`` (returns its reply or raises its error), or None.
+
+        None: nothing of this request is left on record, and the gateway is asked.
+        """
+        ...
+
+
+# The recorded calls of the decision being re-executed by a resume (a context variable, so
+# concurrent decisions never mix): ``GatewayBase.chat``/``achat`` answer from them, so that the
+# steps a run committed are re-executed with the very replies its agents had, sampled or not,
+# with no server. See ``vivarium.gateways.recorded``.
+_recorded: ContextVar[RecordedAnswers | None] = ContextVar("vivarium_recorded", default=None)
+
+
+def answer_from(answers: RecordedAnswers | None) -> Any:
+    """Answer the calls made in this context from ``answers``; returns the token to reset.
+
+    The engine sets it around each decision of a step a resume re-executes; it is never set
+    while a run records new steps.
+    """
+    return _recorded.set(answers)
+
+
+def stop_answering(token: Any) -> None:
+    """End what ``answer_from`` began (its token)."""
+    _recorded.reset(token)
 
 
 def complete_via(inner: LLMGateway | GatewayBase, request: LLMRequest) -> LLMResponse:

@@ -22,6 +22,14 @@ resumed run must reach the server; the new reply then replaces the failure.
 
 ``CachingGateway`` returns replies as read back from their stored JSON in every mode, so an agent
 sees byte-identical replies whether they were just recorded or replayed.
+
+Each row records where its reply came from (``provenance``): the model asked for and the
+provider that answered (``vivarium-mock`` for the mock). A cassette keeps one provider's replies:
+a run whose replies come from another is refused in one line before it writes anything (a mock
+run pointed at a real model's cassette would otherwise store mock replies that a later replay
+serves as the model's). A replay serves only rows of the provider and model the run names.
+Rows written before provenance was recorded are attributed by their ``model`` column; the file
+is upgraded (a ``provider`` column, schema 4) only when a run writes to it.
 """
 
 from __future__ import annotations
@@ -56,16 +64,26 @@ from vivarium.gateways.base import (
     record_call,
 )
 from vivarium.gateways.exchange import error_reply, request_body
+from vivarium.gateways.provenance import (
+    attributed,
+    compatible,
+    describe,
+    describe_sources,
+    provider_of,
+)
 from vivarium.seeding import canonical_json, digest
 
 CASSETTE_FORMAT = "vivarium-cassette"
 # The newest schema this Vivarium reads. A file says which it needs: 1 (replies only) until a
 # failed call is stored, then 2, so that an older Vivarium refuses it in one line instead of
 # misreading a failure as a reply; 3 once a row keeps its calls' text (``request_json`` is then
-# the body sent, and the attempts carry ``request``/``reply``, which older readers cannot load).
-CASSETTE_VERSION = 3
+# the body sent, and the attempts carry ``request``/``reply``, which older readers cannot load);
+# 4 once a row records its provider (older readers would serve a mock's reply as a model's).
+CASSETTE_VERSION = 4
 FAILURES_VERSION = 2
 TEXTS_VERSION = 3
+PROVENANCE_VERSION = 4
+PROVIDER_META_KEY = "provider"  # the one provider whose replies the cassette keeps
 _FAILURE_PREFIX = '{"failure":'  # a failure row's response_json (canonical JSON: keys sorted)
 CacheMode = Literal["record", "replay", "auto"]
 MODES = ("record", "replay", "auto")
@@ -77,7 +95,8 @@ CREATE TABLE IF NOT EXISTS replies (
     model TEXT,
     request_json TEXT,
     response_json TEXT,
-    attempts_json TEXT
+    attempts_json TEXT,
+    provider TEXT
 );
 INSERT OR IGNORE INTO meta VALUES ('format', '{CASSETTE_FORMAT}');
 INSERT OR IGNORE INTO meta VALUES ('schema_version', '1');
@@ -113,28 +132,82 @@ class CacheMissError(LLMCallError, RunStoppingError):
         model: str,
         cassette: str | os.PathLike[str],
         recorded_models: list[str] | None = None,
+        *,
+        provider: str | None = None,
+        sources: list[tuple[str, str | None]] | None = None,
+        foreign: bool = False,
+        stored: str | None = None,
     ) -> None:
-        """Name the request and the cassette, and the models it holds when ``model`` is not one.
+        """Name the request and the cassette, and what it holds when that is not this run's.
 
         Args:
             request_hash: The key that was missing.
             model: The request's model.
             cassette: The cassette's path.
             recorded_models: The models the cassette holds replies of (None: unknown).
+            provider: The provider this run's replies come from (None: any).
+            sources: The (model, provider) pairs the cassette holds (None: unknown).
+            foreign: A row is stored under the key, from a provider this run may not replay
+                (another provider's reply to the same request).
+            stored: That row's provider (None: a real model, provider not recorded).
         """
+        if sources is not None:
+            recorded_models = sorted({m for m, _ in sources})
+        # Another provider's replies of this model: the one stored under the key, else any the
+        # cassette holds when it holds none of this run's provider.
+        others = [p for m, p in sources or [] if m == model]
+        if not foreign and others and provider is not None:
+            foreign = not any(compatible(p, provider) for p in others)
+            stored = others[0]
+        fix = "record it first (cache mode 'record') or use cache mode 'auto'"
         hint = ""
-        if recorded_models is not None and model not in recorded_models:
+        if foreign:
+            hint = (
+                f" (it holds replies of {model} from {describe(stored)}, and this run's "
+                f"replies come from {describe(provider)})"
+            )
+            fix = (
+                "replay with the LLM settings it was recorded with (mock or not), or record "
+                "this run into another cassette file"
+            )
+        elif recorded_models is not None and model not in recorded_models:
             # The usual mistake: a cassette recorded with another model (or none at all).
-            shown = ", ".join(recorded_models[:3]) or "none"
+            shown = (
+                describe_sources(sources)
+                if sources is not None
+                else ", ".join(recorded_models[:3]) or "none"
+            )
             hint = f" (it holds no reply of {model}; models recorded: {shown})"
         super().__init__(
             f"no recorded reply for request {request_hash} (model {model}) in cassette "
-            f"{cassette}{hint}; record it first (cache mode 'record') or use cache mode 'auto'",
+            f"{cassette}{hint}; {fix}",
             kind="cache_miss",
             retryable=False,
         )
         self.request_hash = request_hash
         self.model = model
+
+
+class CassetteMixError(CassetteError, RunStoppingError):
+    """A run would store one provider's replies in a cassette that keeps another's.
+
+    Raised before the run writes anything (when the cassette is opened), or, when another
+    process claimed an empty cassette first, at the first write: it stops the run either way,
+    so no reply is ever stored beside another provider's.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        provider: str,
+        sources: list[tuple[str, str | None]],
+    ) -> None:
+        """Say what the cassette at ``path`` holds and what this run's replies come from."""
+        super().__init__(
+            f"cassette {path} holds replies of {describe_sources(sources)}, and this run's "
+            f"replies come from {describe(provider)}; a cassette keeps one provider's replies, "
+            "so give this run another cassette file (llm cache=...)"
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -144,6 +217,8 @@ class CachedReply:
     response_json: str
     attempts: list[dict[str, Any]]
     request_json: str | None = None
+    model: str | None = None
+    provider: str | None = None  # as ``provenance.attributed`` gives it (None: real, unrecorded)
 
     @property
     def failed(self) -> bool:
@@ -286,15 +361,29 @@ def storable(error: BaseException) -> bool:
 class Cassette:
     """An SQLite file of recorded replies, safe for several processes and threads at once."""
 
-    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
+    __identity__ = "type"  # a connection and the process id: named by type in run identities
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, readonly: bool = False, provider: str | None = None
+    ) -> None:
         """Open (or create, unless ``readonly``) the cassette at ``path``.
+
+        Args:
+            path: The cassette file.
+            readonly: Never write (a replay): a committed cassette stays unchanged.
+            provider: The provider whose replies this handle writes (``provenance``); each row
+                it stores records it. A file that keeps another provider's replies is refused
+                before anything in it changes. None: rows are attributed by their model.
 
         Raises:
             CassetteError: The file cannot be opened, is not a cassette, or needs a newer
                 Vivarium.
+            CassetteMixError: It keeps the replies of another provider than ``provider``.
         """
         self.path = Path(path)
         self.readonly = readonly  # replay never writes, so a committed cassette stays unchanged
+        self.provider = provider
+        self._claimed = False  # the file's meta names ``provider`` (it never changes once set)
         self._lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
         self._pid = 0
@@ -379,10 +468,47 @@ class Cassette:
                 for statement in _DDL.strip().split(";"):
                     if statement.strip():
                         con.execute(statement)
+            elif self.provider is not None and self._conflicts(con, self.provider):
+                # Said before anything changes: the file is left exactly as it was.
+                raise CassetteMixError(p, self.provider, _sources(con))
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)
             raise
+
+    @staticmethod
+    def _conflicts(con: sqlite3.Connection, provider: str) -> bool:
+        """Whether the file keeps replies of another provider than ``provider``."""
+        held = con.execute("SELECT value FROM meta WHERE key = ?", (PROVIDER_META_KEY,)).fetchone()
+        if held is not None:
+            return held[0] != provider
+        return any(not compatible(p, provider) for _, p in _sources(con))
+
+    def _claim(self, con: sqlite3.Connection, provider: str) -> None:
+        """Make the file keep ``provider``'s replies, inside the writing transaction.
+
+        The first writer names the provider in ``meta``; a writer of another (a second process
+        that opened the same empty cassette) is refused here, before its row is stored.
+        """
+        if self._conflicts(con, provider):
+            raise CassetteMixError(self.path, provider, _sources(con))
+        con.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (PROVIDER_META_KEY, provider))
+
+    def write_for(self, provider: str) -> None:
+        """Make this open handle write ``provider``'s replies (a cassette shared by layers).
+
+        Raises:
+            CassetteMixError: The file, or this handle, keeps another provider's replies.
+        """
+        with self._lock:
+            con = self._connection()
+            try:
+                conflict = self._conflicts(con, provider)
+                if conflict or self.provider not in (None, provider):
+                    raise CassetteMixError(self.path, provider, _sources(con))
+            except sqlite3.Error as exc:
+                raise CassetteError(f"cannot read cassette {self.path}: {exc}") from None
+            self.provider = provider
 
     # -- rows --------------------------------------------------------------------------------
     def get(self, request_hash: str) -> CachedReply | None:
@@ -393,20 +519,9 @@ class Cassette:
         """
         with self._lock:
             try:
-                row = (
-                    self._connection()
-                    .execute(
-                        "SELECT response_json, attempts_json, request_json FROM replies "
-                        "WHERE request_hash = ?",
-                        (request_hash,),
-                    )
-                    .fetchone()
-                )
+                return _row(self._connection(), request_hash)
             except sqlite3.Error as exc:
                 raise CassetteError(f"cannot read cassette {self.path}: {exc}") from None
-        if row is None:
-            return None
-        return CachedReply(row[0], json.loads(row[1] or "[]"), row[2])
 
     def put(
         self,
@@ -422,6 +537,12 @@ class Cassette:
         ``replace=False`` keeps a reply another writer stored first (several processes
         recording the same request agree on one reply); a stored failure is always replaced.
         ``key`` (default: the request hash) tells apart repeats of one request in a decision.
+        The row records the cassette's ``provider``; a file from before provenance gets its
+        ``provider`` column now (its rows stay as they were).
+
+        Raises:
+            CassetteError: The file cannot be written.
+            CassetteMixError: Another process made the file keep another provider's replies.
         """
         failed = isinstance(outcome, LLMCallError)
         attempts, sent, texts = _attempts_and_request(request, records)
@@ -434,33 +555,42 @@ class Cassette:
             1 if replace else 0,
             len(_FAILURE_PREFIX),
             _FAILURE_PREFIX,
+            self.provider,
         )
         with self._lock:
             con = self._connection()
             try:
                 con.execute("BEGIN IMMEDIATE")
                 try:
+                    claiming = self.provider is not None and not self._claimed
+                    if claiming:
+                        self._claim(con, self.provider)  # type: ignore[arg-type]
+                    if "provider" not in _columns(con):  # a file from before provenance
+                        con.execute("ALTER TABLE replies ADD COLUMN provider TEXT")
                     con.execute(_UPSERT, row)
-                    # Older readers must refuse the file, not misread a failure or the texts.
-                    needs = max(FAILURES_VERSION if failed else 1, TEXTS_VERSION if texts else 1)
-                    if needs > 1:
-                        con.execute(
-                            "UPDATE meta SET value = ? WHERE key = 'schema_version' "
-                            "AND CAST(value AS INTEGER) < ?",
-                            (str(needs), needs),
-                        )
-                    stored = con.execute(
-                        "SELECT response_json, attempts_json, request_json FROM replies "
-                        "WHERE request_hash = ?",
-                        (row[0],),
-                    ).fetchone()
+                    # Older readers must refuse the file, not misread a failure, the texts, or
+                    # a mock's reply as a model's (they know no provenance).
+                    needs = max(
+                        FAILURES_VERSION if failed else 1,
+                        TEXTS_VERSION if texts else 1,
+                        PROVENANCE_VERSION,
+                    )
+                    con.execute(
+                        "UPDATE meta SET value = ? WHERE key = 'schema_version' "
+                        "AND CAST(value AS INTEGER) < ?",
+                        (str(needs), needs),
+                    )
+                    stored = _row(con, row[0])
                     con.execute("COMMIT")
                 except BaseException:
                     _rollback(con)
                     raise
             except sqlite3.Error as exc:
                 raise CassetteError(f"cannot write cassette {self.path}: {exc}") from None
-        return CachedReply(stored[0], json.loads(stored[1] or "[]"), stored[2])
+            if claiming:
+                self._claimed = True  # committed: the meta names it from now on
+        assert stored is not None  # written in the same transaction
+        return stored
 
     def __len__(self) -> int:
         """The number of stored calls."""
@@ -476,6 +606,15 @@ class Cassette:
         with self._lock:
             rows = self._connection().execute("SELECT DISTINCT model FROM replies ORDER BY model")
             return [r[0] for r in rows]
+
+    def sources(self) -> list[tuple[str, str | None]]:
+        """Where the cassette's replies came from: (model, provider) pairs, sorted.
+
+        The provider as ``provenance.attributed`` gives it: rows from before provenance are
+        attributed by their model (None: a real model whose provider was not recorded).
+        """
+        with self._lock:
+            return _sources(self._connection())
 
     def hashes(self) -> list[str]:
         """The keys of every stored call, sorted."""
@@ -508,14 +647,44 @@ class Cassette:
 
 
 _UPSERT = """
-INSERT INTO replies VALUES (?1, ?2, ?3, ?4, ?5)
+INSERT INTO replies (request_hash, model, request_json, response_json, attempts_json, provider)
+VALUES (?1, ?2, ?3, ?4, ?5, ?9)
 ON CONFLICT (request_hash) DO UPDATE SET
     model = excluded.model,
     request_json = excluded.request_json,
     response_json = excluded.response_json,
-    attempts_json = excluded.attempts_json
+    attempts_json = excluded.attempts_json,
+    provider = excluded.provider
 WHERE ?6 OR substr(replies.response_json, 1, ?7) = ?8
 """
+
+
+def _columns(con: sqlite3.Connection) -> set[str]:
+    return {r[1] for r in con.execute("PRAGMA table_info(replies)")}
+
+
+def _row(con: sqlite3.Connection, key: str) -> CachedReply | None:
+    """The row under ``key``, its provider attributed (a file from before has no column)."""
+    cursor = con.execute("SELECT * FROM replies WHERE request_hash = ?", (key,))
+    values = cursor.fetchone()
+    if values is None:
+        return None
+    row = dict(zip((d[0] for d in cursor.description), values, strict=True))
+    return CachedReply(
+        row["response_json"],
+        json.loads(row["attempts_json"] or "[]"),
+        row["request_json"],
+        model=row["model"],
+        provider=attributed(row.get("provider"), row["model"]),
+    )
+
+
+def _sources(con: sqlite3.Connection) -> list[tuple[str, str | None]]:
+    """The (model, attributed provider) pairs of a cassette's rows, sorted."""
+    provider = "provider" if "provider" in _columns(con) else "NULL"
+    rows = con.execute(f"SELECT DISTINCT model, {provider} FROM replies")  # noqa: S608 - a name
+    pairs = {(m, attributed(p, m)) for m, p in rows}
+    return sorted(pairs, key=lambda mp: (mp[0] or "", mp[1] or ""))
 
 
 def _too_new(meta: dict[str, str]) -> bool:
@@ -556,6 +725,7 @@ class CachingGateway(GatewayBase):
         cassette: Cassette | str | os.PathLike[str],
         mode: CacheMode = "auto",
         variant: str | None = None,
+        provider: str | None = None,
     ) -> None:
         """Wrap ``inner`` (None only to replay) with ``cassette`` in ``mode``.
 
@@ -567,21 +737,33 @@ class CachingGateway(GatewayBase):
             variant: How the stack below sends a request differently from the request itself
                 (``forced_tool_format=json_schema``), or None: replies to another way of sending
                 are other rows, so switching the format never replays the old format's replies.
+            provider: Where this run's replies come from (``provenance``: ``vivarium-mock``,
+                ``litellm``); default: the provider at the bottom of ``inner``. Only rows of it
+                are replayed, and it is recorded with each row written. None with no ``inner``
+                (a bare replay): rows of any provider are replayed.
 
         Raises:
             ConfigError: An unknown mode, or no gateway to record from.
+            CassetteError: The cassette cannot be used.
+            CassetteMixError: A run that records (``record``, ``auto``) into a cassette that
+                keeps another provider's replies: refused before it changes.
         """
         if mode not in MODES:
             raise ConfigError(f"cache mode must be 'record', 'replay' or 'auto', not {mode!r}")
         if inner is None and mode != "replay":
             raise ConfigError(f"cache mode {mode!r} needs a gateway to record from")
         self.inner = inner
+        self.provider = provider if provider is not None else provider_of(inner)
+        writes = mode != "replay"
         self._owns_cassette = not isinstance(cassette, Cassette)
-        self.cassette = (
-            cassette
-            if isinstance(cassette, Cassette)
-            else Cassette(cassette, readonly=mode == "replay")
-        )
+        if isinstance(cassette, Cassette):
+            self.cassette = cassette
+            if writes and self.provider is not None:
+                cassette.write_for(self.provider)
+        else:
+            self.cassette = Cassette(
+                cassette, readonly=not writes, provider=self.provider if writes else None
+            )
 
         self.mode: CacheMode = mode
         self.variant = variant
@@ -608,11 +790,17 @@ class CachingGateway(GatewayBase):
         key = request_hash if n == 1 else digest(f"{request_hash}#{n}")
         return key if self.variant is None else digest(f"{key}|{self.variant}")
 
-    def _models(self) -> list[str] | None:
+    def _sources(self) -> list[tuple[str, str | None]] | None:
         try:
-            return self.cassette.models()
+            return self.cassette.sources()
         except sqlite3.Error:
             return None
+
+    def _serves(self, cached: CachedReply, request: LLMRequest) -> bool:
+        """Whether ``cached`` came from this run's provider and model (``provenance``)."""
+        if cached.model is not None and cached.model != request.model:
+            return False
+        return self.provider is None or compatible(cached.provider, self.provider)
 
     def _lookup(self, request: LLMRequest, key: str) -> LLMResponse | None:
         """A stored reply, re-emitting its call records as cache hits; None on a miss.
@@ -624,11 +812,20 @@ class CachingGateway(GatewayBase):
         if self.mode == "record":
             return None
         cached = self.cassette.get(key)
-        if cached is None:
+        foreign = cached is not None and not self._serves(cached, request)
+        if foreign and self.mode == "auto":  # never served, and never stored over
+            raise CassetteMixError(self.cassette.path, self.provider or "?", self._sources() or [])
+        if cached is None or foreign:
             self._count("misses")
             if self.mode == "replay":
                 raise CacheMissError(
-                    request.request_hash(), request.model, self.cassette.path, self._models()
+                    request.request_hash(),
+                    request.model,
+                    self.cassette.path,
+                    provider=self.provider,
+                    sources=self._sources(),
+                    foreign=foreign,
+                    stored=cached.provider if cached is not None else None,
                 )
             return None
         error = cached.error() if cached.failed else None

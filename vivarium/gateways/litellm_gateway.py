@@ -80,6 +80,7 @@ from vivarium.gateways.openai_http import (
     post,
     wire_model,
 )
+from vivarium.gateways.provenance import LITELLM_PROVIDER
 from vivarium.gateways.servers import DEFAULT_COOLDOWN_S, ServerPool, not_found_hint
 from vivarium.optional import available, require
 
@@ -290,6 +291,8 @@ class LiteLLMGateway(GatewayBase):
     timeouts, broken connections and replies that are not JSON) or not (4xx). Used alone, a
     call is never retried; ``stack.build_gateway`` puts it under the retry layer.
     """
+
+    provider = LITELLM_PROVIDER  # where its replies come from (``provenance``)
 
     def __init__(
         self,

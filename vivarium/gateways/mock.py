@@ -4,6 +4,11 @@ Everything is derived from ``digest(canonical_json({"seed": ..., "request": ...}
 request gives the same reply in any process, whatever ``PYTHONHASHSEED`` is. Latency is the
 configured value (slept, and recorded as configured, not measured), so traces stay
 byte-identical while tests can still make calls overlap or finish out of order.
+
+Its call records say ``model: mock`` whatever model name it was asked for (``mock: true`` with
+``model: openai/x`` sends requests for ``openai/x``): ``llm_calls.model`` shows where a reply
+came from, and a cassette row it made is the mock's (``provenance``), so no reply of the mock
+ever passes for a model's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from vivarium.gateways.base import (
     record_call,
 )
 from vivarium.gateways.exchange import request_body
+from vivarium.gateways.provenance import MOCK_MODEL, MOCK_PROVIDER
 from vivarium.seeding import canonical_json, digest
 
 MAX_SCHEMA_DEPTH = 8  # nested objects filled at most this deep
@@ -69,6 +75,8 @@ def _tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
 
 class MockLLMGateway(GatewayBase):
     """A gateway with no model behind it: deterministic replies, tool calls and token counts."""
+
+    provider = MOCK_PROVIDER  # where its replies come from (``provenance``)
 
     def __init__(
         self,
@@ -175,8 +183,10 @@ class MockLLMGateway(GatewayBase):
     def _finish(self, request: LLMRequest, latency_ms: float) -> LLMResponse:
         response = self.reply(request, latency_ms)
         self.calls += 1
-        # On record: the request as asked (there is no wire) and the reply as made.
-        record_call(CallRecord.from_response(response, current_attempt(), request_body(request)))
+        # On record: the request as asked (there is no wire) and the reply as made, by the mock.
+        record = CallRecord.from_response(response, current_attempt(), request_body(request))
+        record.model = MOCK_MODEL
+        record_call(record)
         return response
 
     def complete(self, request: LLMRequest) -> LLMResponse:
@@ -195,7 +205,9 @@ class MockLLMGateway(GatewayBase):
                 await asyncio.sleep(latency / 1000)
             except asyncio.CancelledError:  # an agent timeout: the attempt is on record too
                 elapsed = (time.perf_counter() - started) * 1000
-                record_call(cancelled_record(request, current_attempt(), elapsed))
+                record = cancelled_record(request, current_attempt(), elapsed)
+                record.model = MOCK_MODEL
+                record_call(record)
                 raise
         return self._finish(request, latency)
 

@@ -27,6 +27,7 @@ from typing import Any
 from vivarium.gateways.base import GatewayBase, LLMGateway
 from vivarium.gateways.cache import CacheMode, CachingGateway
 from vivarium.gateways.mock import MockLLMGateway
+from vivarium.gateways.provenance import LITELLM_PROVIDER, MOCK_PROVIDER, provider_of
 from vivarium.gateways.ratelimit import RateLimitedGateway, RateLimiter
 from vivarium.gateways.retry import RetryGateway
 
@@ -80,6 +81,15 @@ class GatewaySettings:
     def uses_mock(self) -> bool:
         """Whether the mock answers (``mock`` set, or the model named ``mock``)."""
         return self.mock or self.model == "mock"
+
+    @property
+    def provider(self) -> str:
+        """Where the run's replies come from (``provenance``), the same in every cache mode.
+
+        A replay builds no provider, yet serves only the cassette's rows of this one: the
+        mock's replies never pass for a model's, nor the reverse.
+        """
+        return MOCK_PROVIDER if self.uses_mock else LITELLM_PROVIDER
 
     @property
     def replays_only(self) -> bool:
@@ -159,7 +169,14 @@ def compose(provider: Gateway | None, settings: GatewaySettings) -> Gateway:
             if settings.forced_tool_format == "tool_choice"
             else f"forced_tool_format={settings.forced_tool_format}"
         )
-        gateway = CachingGateway(gateway, settings.cache, mode=settings.cache_mode, variant=variant)
+        gateway = CachingGateway(
+            gateway,
+            settings.cache,
+            mode=settings.cache_mode,
+            variant=variant,
+            # What answers: the provider below, or (a replay builds none) what the run names.
+            provider=settings.provider if provider is None else provider_of(provider),
+        )
     return gateway
 
 

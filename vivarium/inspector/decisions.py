@@ -82,6 +82,9 @@ class RunDecisions:
         colours: A colour per action, as the behaviour timeline figure colours them.
         pivots: (agent, step) -> how the agent pivoted there.
         masks: A boolean array over the positions per filter (``FILTERS``).
+        stops: step -> the run's interruptions at that step (it stopped before committing
+            it, and a resume redid it: ``vivarium.trace.interruptions``).
+        history: The interruptions in one line (``resumed after 2 interruptions ...``), or None.
     """
 
     run: TraceRun
@@ -91,6 +94,8 @@ class RunDecisions:
     colours: dict[str, str]
     pivots: dict[tuple[str, int], str]
     masks: dict[str, np.ndarray]
+    stops: dict[int, list[Any]] = field(default_factory=dict)
+    history: str | None = None
     _first: dict[tuple[str, int], int] = field(default_factory=dict)
     _last: dict[tuple[str, int], int] = field(default_factory=dict)
     _transitions: dict[tuple[str, int], list[dict[str, Any]]] | None = None
@@ -121,7 +126,15 @@ class RunDecisions:
             "pivots": np.array([k in pivots for k in zip(agent_ids, steps, strict=True)], bool),
         }
         actions["agent_id"] = agent_ids
+        from vivarium.trace.interruptions import describe, read_interruptions
+
+        stops: dict[int, list[Any]] = {}
+        interruptions = read_interruptions(run.path)
+        for stop in interruptions:
+            stops.setdefault(stop.step, []).append(stop)
         return cls(
+            stops=stops,
+            history=describe(interruptions, str(run.metadata.get("status"))),
             run=run,
             label=label,
             actions=actions,

@@ -267,6 +267,7 @@ def decision_html(
     *,
     pivot: str | None = None,
     run_label: str | None = None,
+    stops: list[Any] | None = None,
 ) -> str:
     """The detail pane of one decision, every value escaped.
 
@@ -276,6 +277,8 @@ def decision_html(
         moves: Its agent's state transitions at that step.
         pivot: How the agent pivoted at that step, if it did.
         run_label: The run's name, for a sweep.
+        stops: The run's interruptions at this step (``trace.interruptions.Interruption``):
+            the step was redone by a resume, and what the stopped try discarded is said.
     """
     badges = ""
     if row.get("fallback"):
@@ -284,6 +287,8 @@ def decision_html(
         badges += badge("failed", "#000000")
     if pivot:
         badges += badge("pivot", "#CC79A7")
+    if stops:
+        badges += badge("resumed here", "#0072B2")
     where = f"{esc(run_label)} · " if run_label else ""
     title = (
         f"<div style='font-size:14px'>{where}<b>{esc(row.get('agent_id'))}</b> · step "
@@ -296,5 +301,30 @@ def decision_html(
         + section("parse", parse_html(row))
         + section("state transition", transitions_html(moves, pivot))
         + section("LLM calls (the prompt is what the agent observed)", calls_html(calls))
+        + (section("interrupted at this step", stops_html(stops, row)) if stops else "")
         + "</div>"
     )
+
+
+def stops_html(stops: list[Any], row: dict[str, Any]) -> str:
+    """The run's stops at a decision's step: when, why, and what of the stopped try is kept.
+
+    The decision shown is the resume's (a stopped step is never committed); what the stopped
+    try had decided and asked the model is in ``run.interruptions`` (its ``discarded``).
+    """
+    lines = []
+    agent = row.get("agent_id")
+    for stop in stops:
+        mine = [c for c in stop.discarded if c.get("agent_id") == agent]
+        kept = (
+            f"; {len(mine)} LLM call attempts of {agent} in the stopped try are kept "
+            "in run.interruptions"
+            if mine
+            else ""
+        )
+        lines.append(
+            f"{esc(stop.ended)} at {esc(stop.recorded_at)}: {esc(stop.reason or 'no reason')}"
+            f" ({stop.decisions} decisions and {stop.llm_calls} LLM call attempts of the step "
+            f"discarded{esc(kept)}); this decision is the resume's"
+        )
+    return "<br>".join(lines)

@@ -475,6 +475,7 @@ class Inspector:
             d.transitions(agent, step),
             pivot=d.pivots.get((agent, step)),
             run_label=d.label if self.is_sweep else None,
+            stops=d.stops.get(step),
         )
 
     def _refresh_status(self, note: str | None = None) -> None:
@@ -483,6 +484,8 @@ class Inspector:
         where = f"decision {self.position + 1} of {len(d)}" if self.position is not None else "none"
         counts = ", ".join(f"{int(d.masks[n].sum())} {n}" for n in FILTERS)
         text = f"{where} · {kept} kept by the filters · {counts}"
+        if d.history:  # interruptions: history of the run, not a problem
+            text += f" · {escape(d.history)}"
         if note:
             text += f" · <b>{escape(note)}</b>"
         self.status.value = f"<span style='font-size:12px'>{text}</span>"

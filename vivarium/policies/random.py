@@ -195,6 +195,11 @@ def _post_args(rng: random.Random, agent_id: str, observation: dict[str, Any]) -
     return {"content": f"random message {rng.randint(0, EVENT_VALUE_MAX)}"}
 
 
+def _give_args(rng: random.Random, agent_id: str, observation: dict[str, Any]) -> dict[str, Any]:
+    others = [a for a in observation.get("agents") or () if a != agent_id]
+    return {"to": others[rng.randrange(len(others))] if others else agent_id}
+
+
 # Arguments random agents make up for actions other than emit_event (drawn from their own rng,
 # from what the observation shows), so a random baseline can act in richer worlds.
 ARGUMENT_MAKERS = {
@@ -202,6 +207,7 @@ ARGUMENT_MAKERS = {
     "invoke_artifact": _invoke_args,
     "write_artifact": _write_args,
     "post_message": _post_args,
+    "give": _give_args,
 }
 
 

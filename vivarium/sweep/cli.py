@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vivarium.config import MAX_SEED, ExperimentConfig, make_config
+from vivarium.config import MAX_SEED, ExperimentConfig, make_config, merge_overrides
 from vivarium.errors import ConfigError
 from vivarium.sweep.backends import BACKENDS, Backend
 from vivarium.sweep.results import Sweep
@@ -202,7 +202,7 @@ def main_sweep(
             raise ConfigError(
                 f"{config_path}: sweep.plugins: cannot import {module}: {error_line(exc)}"
             ) from None
-    experiment.update(overrides or {})
+    experiment = merge_overrides(experiment, overrides or {})
     _set_base_dir(experiment, Path(config_path))
     base = make_config(ExperimentConfig, experiment, where=str(config_path))
     merged_grid = {**settings.get("grid", {}), **(dict(grid) if grid else {})}

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from vivarium.build import check_names
-from vivarium.config import MAX_SEED, ExperimentConfig, make_config
+from vivarium.config import MAX_SEED, ExperimentConfig, make_config, merge_overrides
 from vivarium.errors import ConfigError
 from vivarium.seeding import canonical_json, derive_seed
 
@@ -101,23 +101,39 @@ def _config_data(config: ExperimentConfig) -> dict[str, Any]:
     return config.model_dump(exclude=set(NOT_PARAMS))
 
 
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    if not all(parts):
-        raise ConfigError(f"sweep: '{key}' is not a field name")
-    if parts[0] not in ExperimentConfig.model_fields:
-        raise ConfigError(f"sweep: {key}: unknown field")
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            raise ConfigError(
-                f"sweep: {key}: '{'.'.join(parts[: i + 1])}' is not a group of fields"
-            )
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)
+def _nested(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"llm.temperature": 0.5}`` -> ``{"llm": {"temperature": 0.5}}``, each field checked."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        if not all(parts):
+            raise ConfigError(f"sweep: '{key}' is not a field name")
+        if parts[0] not in ExperimentConfig.model_fields:
+            raise ConfigError(f"sweep: {key}: unknown field")
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(
+                    f"sweep: {key}: '{'.'.join(parts[: i + 1])}' is not a group of fields"
+                )
+            node = child
+        node[parts[-1]] = copy.deepcopy(value)
+    return out
+
+
+def _apply(data: dict[str, Any], flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with the dotted fields ``flat`` set, merged as every entry point merges.
+
+    A sweep axis or an explicit config sets the fields it names and keeps the others of a
+    section (``llm.temperature`` keeps the model): ``vivarium.config.merge_overrides``.
+    """
+    nested = _nested(flat)
+    for key, value in nested.items():
+        old = data.get(key)
+        if isinstance(value, dict) and old is not None and not isinstance(old, dict):
+            raise ConfigError(f"sweep: {key}: '{key}' is not a group of fields")
+    return merge_overrides(data, nested)
 
 
 def _check_field(key: str) -> None:
@@ -180,11 +196,10 @@ def _explicit_points(
             params = {k: v for k, v in flat.items() if k != "seed" and base_flat.get(k, None) != v}
             out.append((data, params, "seed" in item.model_fields_set))
         elif isinstance(item, Mapping):
-            data = copy.deepcopy(base_data)
             flat = _flatten(item)
-            for key, value in flat.items():
+            for key in flat:
                 _check_field(key)
-                _set_dotted(data, key, value)
+            data = _apply(copy.deepcopy(base_data), flat)
             out.append((data, flat, "seed" in flat))
         else:
             raise ConfigError(
@@ -239,9 +254,7 @@ def plan_sweep(
             given = seed_given or "seed" in point
             for rep in range(reps):
                 i = len(runs)
-                run_data = copy.deepcopy(data)
-                for key, value in point.items():
-                    _set_dotted(run_data, key, value)
+                run_data = _apply(copy.deepcopy(data), point)
                 if not given:
                     run_seed = run_seed_of(sweep_seed, params, rep)
                 elif rep == 0:

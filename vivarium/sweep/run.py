@@ -1,7 +1,8 @@
 """``run_sweep``: plan a sweep, bring its index up to date, run what is left, report.
 
 A sweep run again in the same folder skips the runs whose trace is finished, resumes
-interrupted or failed runs from their last checkpoint when they have one and reruns the rest.
+interrupted or failed runs exactly (their committed steps kept, see ``runner.resume_run``) and
+reruns the rest.
 A failed run records its error (one line) in the index and the other runs go on; at the end, a
 sweep whose every run failed raises ``SweepFailed``, and one with failed runs or complete runs
 that are not clean results warns (``SweepWarning``) with the count and the first error.
@@ -16,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vivarium.build import opaque_inputs
 from vivarium.config import ExperimentConfig
 from vivarium.errors import ConfigError, SweepFailed, SweepWarning
-from vivarium.runner import DEFAULT_RUNS_DIR, progress_enabled
+from vivarium.objects import resolve_references
+from vivarium.runner import DEFAULT_RUNS_DIR, identified, progress_enabled
 from vivarium.sweep.backends import BACKENDS, EXECUTORS, Backend, default_workers
 from vivarium.sweep.index import INDEX_FILE, FolderLock, SweepIndex, utc_now
 from vivarium.sweep.plan import ConfigSource, as_config, plan_sweep
@@ -44,6 +47,7 @@ def _other_code(path: Path) -> bool:
     return recorded is not None and recorded != package_code_digest()
 
 
+@identified
 def run_sweep(
     base: ConfigSource | ExperimentConfig | Mapping[str, Any],
     grid: Mapping[str, Sequence[Any]] | None = None,
@@ -101,7 +105,9 @@ def run_sweep(
         not isinstance(max_workers, int) or isinstance(max_workers, bool) or max_workers < 1
     ):
         raise ConfigError(f"sweep: max_workers must be a whole number >= 1, not {max_workers!r}")
-    base_config = as_config(base)
+    # Objects referred to as they are now, so workers receive them under the references the
+    # runs' identities use (``vivarium.objects.resolve_references``).
+    base_config = resolve_references(as_config(base))
     runs = plan_sweep(base_config, grid, configs, seed=seed, replications=replications)
     out = Path(folder) if folder is not None else DEFAULT_RUNS_DIR / f"{base_config.name}-sweep"
     try:
@@ -110,6 +116,8 @@ def run_sweep(
         raise ConfigError(f"cannot create sweep folder {out}: {exc.strerror}") from None
     out = out.resolve()
     modules = list(plugins or ())
+    if backend != "inline":
+        _check_sendable_options(runs)
     registrations = None if backend == "inline" else pack_registrations(runs)
     param_names: list[str] = []
     for run in runs:
@@ -131,7 +139,13 @@ def run_sweep(
             path = out / run.file
             # A finished trace made by other package code is not this sweep's result: its run
             # goes to a worker, which refuses to replace it (one line, the run failed).
-            if is_finished(path, run.run_id) and not _other_code(path):
+            # Nor is a run whose code reads what cannot be digested (``opaque_inputs``):
+            # nothing tells whether its stored result is still this run's.
+            if (
+                is_finished(path, run.run_id)
+                and not _other_code(path)
+                and not opaque_inputs(run.config)
+            ):
                 index.update(run.index, status="complete", error=None)
                 skipped += 1
                 continue
@@ -205,6 +219,25 @@ def run_sweep(
     return sweep
 
 
+def _check_sendable_options(runs: Sequence[Any]) -> None:
+    """Refuse, in one line, options a worker process cannot be sent (a notebook's function).
+
+    A sweep sends each run's config to its workers as plain data; a world or policy given as
+    an object is sent by value (``pack_registrations``), so that is where an object belongs.
+    """
+    from vivarium.config import non_plain_options
+
+    for run in runs:
+        found = non_plain_options(run.config)
+        if found:
+            raise ConfigError(
+                f"sweep: {found[0]} is a Python object, which cannot be sent to worker "
+                "processes as an option: bind it to the world or policy given as an object "
+                "(world=functools.partial(MyWorld, rule=...)), or run the sweep with "
+                "backend='inline'"
+            )
+
+
 def _report_failures(sweep: Sweep) -> None:
     """Every run failed: raise. Some did, or some complete runs are not clean results: warn.
 
@@ -246,8 +279,13 @@ def _user_stacklevel() -> int:
 
 
 def _task_config(config: ExperimentConfig, path: Path) -> dict[str, Any]:
-    """The config a worker rebuilds: plain data, cassette path made absolute."""
+    """The config a worker rebuilds: plain data, cassette path made absolute.
+
+    What its user code reads that cannot be digested is said here, where the code is: the
+    worker's identity of the run is then this process's.
+    """
     data = config.model_dump()
+    data["opaque_inputs"] = sorted({*config.opaque_inputs, *opaque_inputs(config)})
     data["db"] = str(path)
     llm = data.get("llm")
     if llm and llm.get("cache"):

@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from vivarium.config import ExperimentConfig, make_config
-from vivarium.errors import ConfigError, RunHealthWarning, TraceError, VivariumError
+from vivarium.errors import (
+    ConfigError,
+    ResumeDiverged,
+    ResumedWarning,
+    RunHealthWarning,
+    TraceError,
+    VivariumError,
+)
 from vivarium.runner import llm_settings, resume_run, run_experiment
 from vivarium.sweep.index import SweepIndex, utc_now
 from vivarium.sweep.plan import PlannedRun
@@ -164,7 +171,11 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
     if objects:
         user["object"] = objects
     if reporters:
+        from vivarium.build import reporter_digests
+
         user["reporters"] = reporters
+        # As named here, where their code is (a worker's copy is not in its file).
+        user["reporter_digests"] = reporter_digests(runs[0].config) if runs else {}
     return dumps_by_value(user)
 
 
@@ -177,7 +188,7 @@ def _sent_reporters(blob: bytes | None) -> Any:
     from vivarium.engine.reporters import experiment_reporters
 
     sent = _SENT_REPORTERS.get(hashlib.sha256(blob).hexdigest()) if blob else None
-    return experiment_reporters(*(sent or (None, None)))
+    return experiment_reporters(*(sent or (None, None, None)))
 
 
 def _apply_registrations(blob: bytes | None) -> None:
@@ -193,7 +204,8 @@ def _apply_registrations(blob: bytes | None) -> None:
     from vivarium.objects import unpack_objects
 
     user = pickle.loads(blob)
-    _SENT_REPORTERS[key] = user.get("reporters")
+    reporters = user.get("reporters")
+    _SENT_REPORTERS[key] = (*reporters, user.get("reporter_digests")) if reporters else None
     unpack_objects(user.get("object", {}))
     for name, factory in user["world"].items():
         register_world(name, factory)
@@ -221,8 +233,9 @@ def _llm_transport(config: ExperimentConfig) -> dict[str, Any] | None:
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Run (or resume) one sweep run; never raises. The worker function of every backend.
 
-    A run with an unfinished trace and a checkpoint is resumed (rerun from the start when the
-    checkpoint cannot be used); any other is run. Its row in the index goes to ``running``
+    A run with an unfinished trace with committed steps is resumed exactly (``resume_run``:
+    its committed steps kept; rerun from the start when it cannot go on: a damaged trace, or
+    a run that is not reproducible); any other is run. Its row in the index goes to ``running``
     with one more attempt, then to its outcome.
 
     Args:
@@ -268,12 +281,15 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         with warnings.catch_warnings(), _sent_reporters(task.get("registrations")):
             # The sweep reports every run's health at its end, in one warning (Sweep.problems).
             warnings.simplefilter("ignore", RunHealthWarning)
+            # The index says which runs were resumed (``action``); no line per run.
+            warnings.simplefilter("ignore", ResumedWarning)
             if is_resumable(path, task["run_id"]):
-                try:
+                try:  # the exact resume: the committed steps kept, re-executed, checked
                     resume_run(path, progress=False, llm=_llm_transport(config))
                     result["action"] = "resumed"
-                except (TraceError, ConfigError):  # the checkpoint cannot be used: start over
-                    run_experiment(config, path, progress=False)
+                except (TraceError, ConfigError, ResumeDiverged):
+                    # It cannot go on (damaged, or not reproducible): the run starts over.
+                    run_experiment(config, path, progress=False, overwrite=True)
                     result["action"] = "reran"
             else:
                 run_experiment(config, path, progress=False)

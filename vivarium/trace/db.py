@@ -3,6 +3,9 @@
 Writes go through one background thread that owns the connection: the engine hands over a
 finished step and goes on deciding the next one while SQLite commits (one transaction per step).
 SQLite releases the GIL while it works, so on two cores writing overlaps with deciding.
+
+The file is in WAL mode while a run writes it (readers read meanwhile and never wait), and one
+self-contained file before and after, whatever its readers did: see ``vivarium.trace.onefile``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +26,15 @@ from typing import Any
 
 from vivarium.errors import TraceError
 from vivarium.trace.llm_texts import TextStore, encode_exchange, known_texts
+from vivarium.trace.onefile import (
+    FileId,
+    close_as_one_file,
+    file_id,
+    fold_wal,
+    read_connection,
+    side_file,
+    writer_alive,
+)
 from vivarium.trace.records import ACTION_COLUMNS, StepRecord
 from vivarium.trace.schema import (
     APPLICATION_ID,
@@ -122,7 +135,11 @@ def _sidecars(path: Path) -> list[Path]:
 
 
 def check_trace_file(path: str | os.PathLike[str]) -> Path:
-    """Raise a one-line TraceError unless ``path`` is a Vivarium trace this version can read."""
+    """Raise a one-line TraceError unless ``path`` is a Vivarium trace this version can read.
+
+    A WAL left beside a trace that no process writes (its writer was killed) is folded back
+    into the file here, so that the next read leaves one file (``vivarium.trace.onefile``).
+    """
     p = Path(path)
     if not p.exists():
         raise TraceError(f"no trace file at {p}")
@@ -130,6 +147,8 @@ def check_trace_file(path: str | os.PathLike[str]) -> Path:
         raise TraceError(f"{p} is a directory, not a trace file")
     with open(p, "rb") as fh:
         header = fh.read(100)
+    if len(header) < 100 and writer_alive(p):  # made empty by a run's lock, filled just after
+        raise TraceError(f"{p} is being created by a run that is starting; open it in a moment")
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
         raise TraceError(f"{p} is not a Vivarium trace (not an SQLite database)")
     app_id = int.from_bytes(header[68:72], "big")
@@ -143,6 +162,7 @@ def check_trace_file(path: str | os.PathLike[str]) -> Path:
             f"{p} uses trace schema {version}, newer than this Vivarium reads ({SCHEMA_VERSION}); "
             "upgrade vivarium-lab"
         )
+    fold_wal(p, wal_mode=header[18] == 2)
     return p
 
 
@@ -158,7 +178,7 @@ def schema_version(path: str | os.PathLike[str]) -> int:
 
 def _marks_through_sqlite(p: Path) -> tuple[int, int]:
     try:
-        con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+        con = read_connection(p)
         try:
             app_id = con.execute("PRAGMA application_id").fetchone()[0]
             version = con.execute("PRAGMA user_version").fetchone()[0]
@@ -169,11 +189,14 @@ def _marks_through_sqlite(p: Path) -> tuple[int, int]:
     return int(app_id), int(version)
 
 
-def _acquire_writer_lock(path: Path) -> int | None:
+def _acquire_writer_lock(path: Path, *, resume: bool = False) -> int | None:
     """Hold an advisory lock on the trace file while a run writes it (POSIX; a no-op elsewhere).
 
-    SQLite's own locks allow readers during a run; this one only keeps a second writer out, so
-    two runs aimed at one file give a clear error instead of one replacing the other's file.
+    SQLite's own locks allow readers during a run; this one keeps a second writer out, so two
+    runs aimed at one file give a clear error instead of one replacing the other's file, and
+    tells readers whether a process writes the file (``vivarium.trace.onefile.writer_alive``).
+    Readers hold it for a moment (to ask, or to fold a killed run's WAL back), so a writer
+    that finds it held tries again for up to ``_LOCK_WAIT`` seconds before it gives up.
     """
     try:
         import fcntl
@@ -183,12 +206,45 @@ def _acquire_writer_lock(path: Path) -> int | None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise TraceError(f"cannot open {path} for writing: {exc.strerror}") from None
+    start = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            # Readers only ever hold it shared, for a moment: a shared lock we can take too
+            # says no writer holds it, so a busy machine's slow reader is waited for longer.
+            wait = _READERS_WAIT if _only_readers(fd) else _LOCK_WAIT
+            if isinstance(exc, BlockingIOError) and time.monotonic() - start < wait:
+                time.sleep(0.01)
+                continue
+            os.close(fd)
+            if resume:  # another path is no answer: the run is this trace's own
+                raise TraceError(
+                    f"{path} is being written by another run (its run, or a resume of it, in "
+                    "another process): let it finish, then resume it if it stopped "
+                    "(`vvm validate` says RUNNING until then); nothing was changed"
+                ) from None
+            raise TraceError(
+                f"{path} is being written by another run; give another path (db=..., vvm: "
+                "--db), or wait for it to finish"
+            ) from None
+        return fd
+
+
+_LOCK_WAIT = 1.0  # seconds a writer waits for a lock held exclusively (a fold of a WAL)
+_READERS_WAIT = 30.0  # seconds it waits for readers that hold it shared, for a moment each
+
+
+def _only_readers(fd: int) -> bool:
+    """Whether the lock on ``fd``'s file is held shared only (readers asking), not by a writer."""
+    import fcntl
+
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
-        os.close(fd)
-        raise TraceError(f"{path} is being written by another run; use another --db path") from None
-    return fd
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
 
 
 def _release_writer_lock(fd: int | None) -> None:
@@ -235,7 +291,7 @@ def recorded_run_id(path: str | os.PathLike[str]) -> str | None:
         return None
     check_trace_file(p)
     try:
-        con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+        con = read_connection(p)
         try:
             row = con.execute("SELECT run_id FROM runs").fetchone()
         finally:
@@ -249,7 +305,7 @@ def read_meta(path: str | os.PathLike[str], key: str) -> str | None:
     """A value of a trace's ``meta`` table (None when the trace has no such key)."""
     p = check_trace_file(path)
     try:
-        con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+        con = read_connection(p)
         try:
             row = con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         finally:
@@ -310,7 +366,11 @@ def _configure(con: sqlite3.Connection) -> None:
     con.execute("PRAGMA journal_mode=WAL")
     # WAL + NORMAL survives a killed process; only a power cut can lose the last steps.
     con.execute("PRAGMA synchronous=NORMAL")
-    con.execute("PRAGMA busy_timeout=0")
+    # A second writer is kept out by the writer's lock (``_acquire_writer_lock``), not by
+    # SQLite's: what can still hold SQLite's lock for a moment is a reader opening the file (it
+    # rebuilds the WAL index) or folding a killed run's WAL, which a busy machine may stretch.
+    # Waiting for them is right; failing the run is not.
+    con.execute("PRAGMA busy_timeout=30000")
     # A run appends rows in key order: a larger page cache and fewer, longer checkpoints of the
     # WAL into the file (every 40 MB, not every 4 MB) cost less per row written.
     con.execute("PRAGMA cache_size=-65536")
@@ -334,6 +394,8 @@ class _Writer(threading.Thread):
         self.on_rollback: Callable[[], None] = lambda: None
         # Called after each commit, so that such state can be marked as in the file.
         self.on_commit: Callable[[], None] = lambda: None
+        self.file: FileId | None = None  # the file written, and its WAL (see onefile)
+        self.wal: FileId | None = None
 
     def run(self) -> None:
         con: sqlite3.Connection | None = None
@@ -343,6 +405,7 @@ class _Writer(threading.Thread):
                 _write_empty_trace(self.path)
             con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             _configure(con)
+            self.file = file_id(self.path)
             if self.max_pages is not None:
                 con.execute(f"PRAGMA max_page_count={int(self.max_pages)}")
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
@@ -390,7 +453,7 @@ class _Writer(threading.Thread):
                 con.rollback()
             self.on_rollback()
         else:
-            self.on_commit()
+            self._committed()
 
     def _run_group(self, con: sqlite3.Connection, group: list[Any]) -> bool:
         """Commit several transactions as one; False (rolled back) if any part failed."""
@@ -405,14 +468,23 @@ class _Writer(threading.Thread):
                 con.rollback()
             self.on_rollback()
             return False
-        self.on_commit()
+        self._committed()
         return True
 
+    def _committed(self) -> None:
+        """After a commit: note the WAL the writer has open, then ``on_commit``."""
+        if self.wal is None:  # SQLite makes the WAL at the first commit
+            self.wal = file_id(side_file(self.path, "-wal"))
+        self.on_commit()
+
     def _finish(self, con: sqlite3.Connection) -> None:
-        # Leave a closed trace as one self-contained file: readers then create no -wal/-shm.
-        with contextlib.suppress(sqlite3.Error):
-            con.execute("PRAGMA journal_mode=DELETE")
-        con.close()
+        """Leave the closed trace one self-contained file, whatever its readers hold.
+
+        SQLite WAL: a reader still open when the writer closes keeps the -wal file (the last
+        commits are then not in the .sqlite), so the WAL is folded back deliberately, in place
+        or through a copy (``vivarium.trace.onefile.close_as_one_file``).
+        """
+        close_as_one_file(con, self.path, self.file, self.wal)
 
 
 FILLED_META_KEY = "decision_columns_filled"
@@ -429,7 +501,7 @@ def _filled_columns(path: Path) -> list[str]:
     text = read_meta(path, FILLED_META_KEY)
     if text:
         return list(json.loads(text))
-    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    con = read_connection(path)
     try:
         any_row = con.execute("SELECT 1 FROM decisions LIMIT 1").fetchone()
     except sqlite3.OperationalError:
@@ -440,7 +512,7 @@ def _filled_columns(path: Path) -> list[str]:
 
 
 def _known_texts(path: Path) -> list[tuple[str, int]]:
-    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    con = read_connection(path)
     try:
         return known_texts(con)
     finally:
@@ -541,7 +613,7 @@ class TraceDb:
                 f"{self.path} uses trace schema {version}, which this version reads but cannot "
                 f"continue (it writes schema {SCHEMA_VERSION}); run it again instead of resuming"
             )
-        self._lock_fd = _acquire_writer_lock(self.path)
+        self._lock_fd = _acquire_writer_lock(self.path, resume=_resume)
         # The decision columns some row has filled (a resume's run may fill more).
         self._filled: set[str] = set(_filled_columns(self.path) if _resume else ())
         self._filled_committed = set(self._filled)  # what the file's meta says
@@ -711,8 +783,13 @@ class TraceDb:
         self._resume_from, self._deferred = None, []
         return parts
 
-    def write_step(self, record: StepRecord) -> None:
-        """Commit one step's rows in one transaction (on the writer thread)."""
+    def write_step(self, record: StepRecord, checkpoint: tuple[str, str] | None = None) -> None:
+        """Commit one step's rows in one transaction (on the writer thread).
+
+        ``checkpoint`` (world and agent states as JSON) is committed in the same transaction:
+        a process killed between the two would leave a step without the checkpoint an
+        uninterrupted run has after it.
+        """
         if record.wall_time is None and not self.deterministic_timestamps:
             record.wall_time = now_iso()
         step = record.step
@@ -756,6 +833,11 @@ class TraceDb:
                     self._reporter_tables = True
                 con.executemany(_INSERT_MODEL_VARS, record.model_vars)
                 con.executemany(_INSERT_AGENT_VARS, record.agent_vars)
+            if checkpoint is not None:
+                con.execute(
+                    "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)",
+                    (step, record.state_hash, *checkpoint),
+                )
             con.execute("UPDATE runs SET steps_done = ?", (step + 1,))
 
         self._submit_transaction(rows, step)
@@ -778,6 +860,24 @@ class TraceDb:
             )
 
         self._submit(job)
+
+    def record_interruption(
+        self,
+        *,
+        step: int,
+        ended: str,
+        reason: str | None,
+        decisions: int = 0,
+        calls: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Record that the run stopped before ``step`` (see ``vivarium.trace.interruptions``).
+
+        Written in a transaction of its own, whatever a resume has pending: it is history,
+        kept even when the resume that saw it commits nothing.
+        """
+        from vivarium.trace.interruptions import insert_job
+
+        self._submit(insert_job(step, ended, reason, now_iso(), decisions, calls or []))
 
     def truncate_after(self, step: int) -> None:
         """Drop every row after ``step`` (resume continues from there) and reopen the run."""
@@ -831,7 +931,14 @@ class TraceDb:
     # -- reading ------------------------------------------------------------------------------
     @staticmethod
     def connect_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
-        """A read-only connection to a checked trace file."""
+        """A read-only connection to a checked trace file that reads one snapshot.
+
+        A read transaction is begun here and lasts until the connection is closed: the
+        queries made on it all see the same committed steps, even while a run writes the file
+        (``vvm validate`` on a live trace checks rows that belong together). Close it as soon
+        as it has been read: while it is open, the run's WAL cannot be folded past its snapshot.
+        """
         p = check_trace_file(path)
-        con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+        con = read_connection(p)
+        con.execute("BEGIN")
         return con

@@ -4,18 +4,23 @@ Reads go through the ADBC SQLite driver (straight into Arrow, about 3x faster th
 fetchall). The driver infers column types from the first rows it sees, so every query starts
 with one typed row that is dropped again: a text column that begins with NULLs stays text.
 Agent ids, action names and other repeated strings become dictionary (categorical) columns.
+
+A trace may be read while its run writes it. ``read_arrow(..., steps=n)`` then reads the rows
+of steps ``0..n-1`` only (those a run record read before counted as committed), so frames read
+one after the other agree on their steps whatever was committed in between: ``TraceRun``
+passes the ``steps_done`` it opened with.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vivarium.errors import TraceError
 from vivarium.trace.db import check_trace_file
+from vivarium.trace.onefile import READ_TIMEOUT, read_connection, read_uri
 from vivarium.trace.schema import (
     DECISIONS,
     FRAME_NAMES,
@@ -85,25 +90,26 @@ def frame_schema(name: str, *, run_id: bool = True) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _read_arguments(p: Path) -> pa.Table:
+def _read_arguments(p: Path, steps: int | None = None) -> pa.Table:
     """The arguments frame of a trace: only the actions' keys and arguments are read."""
     if not _has_table(p, "decisions"):  # an older trace: from its whole actions frame
-        return arguments_table(read_arrow(p, "actions"))
-    columns, arrays = _read_decisions(p, only={"agent_idx", "action", "arguments"})
+        return arguments_table(read_arrow(p, "actions", steps=steps))
+    columns, arrays = _read_decisions(p, only={"agent_idx", "action", "arguments"}, steps=steps)
     wanted = {"step", "seq", "agent_idx", "action", "arguments"}
     kept = [(c, a) for c, a in zip(columns, arrays, strict=True) if c.name in wanted]
     return arguments_table(read_arrow_columns(p, tuple(c for c, _ in kept), [a for _, a in kept]))
 
 
 def _read_decisions(
-    p: Path, only: set[str] | None = None
+    p: Path, only: set[str] | None = None, steps: int | None = None
 ) -> tuple[tuple[Column, ...], list[pa.Array]]:
     """The actions frame's columns, straight from the decisions table (schema 3).
 
     Only the columns some decision filled are read (the writer records them in ``meta``); the
     rest are their default throughout. ``step`` and ``seq`` come from the key. The rows are
     read in two halves on two threads (the driver reads without holding the GIL), and the
-    agent ids are added afterwards from the agents table, as a dictionary.
+    agent ids are added afterwards from the agents table, as a dictionary. ``steps`` bounds
+    the rows read by their key (see the module docstring).
     """
     import numpy as np
     import pyarrow as pa
@@ -117,17 +123,19 @@ def _read_decisions(
         filled &= only
     read = [c for c in DECISIONS if c.name in filled]
     sample = Column("id", "", "int", "")
-    con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+    end = None if steps is None else steps << SEQ_BITS  # the first key not read
+    con = read_connection(p)
     try:
         low, high, count = con.execute(
-            "SELECT min(id), max(id), count(*) FROM decisions"
+            "SELECT min(id), max(id), count(*) FROM decisions WHERE id < ?",
+            (end if end is not None else 1 << 62,),
         ).fetchone()
     finally:
         con.close()
-    bounds = [(None, None)]
+    bounds: list[tuple[int | None, int | None]] = [(None, end)]
     if count and count > _SPLIT_ROWS and (low >> SEQ_BITS) < (high >> SEQ_BITS):
         middle = ((low >> SEQ_BITS) + (high >> SEQ_BITS) + 1) // 2 << SEQ_BITS
-        bounds = [(None, middle), (middle, None)]
+        bounds = [(None, middle), (middle, end)]
 
     def part(bound: tuple[int | None, int | None]) -> pa.Table:
         where = " AND ".join(
@@ -166,7 +174,7 @@ _ROW_DEFAULTS = {"success": 1, "fallback": 0}  # the decisions table's defaults
 
 
 def _has_table(path: Path, name: str) -> bool:
-    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    con = read_connection(path)
     try:
         found = con.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
@@ -177,7 +185,7 @@ def _has_table(path: Path, name: str) -> bool:
 
 
 def _has_column(path: Path, table: str, column: str) -> bool:
-    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    con = read_connection(path)
     try:
         return any(row[1] == column for row in con.execute(f"PRAGMA table_info({table})"))
     finally:
@@ -197,10 +205,17 @@ def _pool() -> pa.MemoryPool:
 
 
 def _fetch_arrow(path: Path, sql: str) -> pa.Table:
+    """The result of ``sql`` as Arrow, read through the ADBC driver.
+
+    The driver's SQLite waits for no lock unless told to: without a busy timeout, a read at
+    the moment a writer has the file to itself (a run starting or closing) fails with
+    "database is locked".
+    """
     import adbc_driver_sqlite.dbapi as adbc
 
-    uri = f"file:{path.resolve()}?mode=ro"
-    with adbc.connect(uri) as con, con.cursor() as cur:
+    with adbc.connect(read_uri(path)) as con, con.cursor() as cur:
+        cur.execute(f"PRAGMA busy_timeout = {int(READ_TIMEOUT * 1000)}")
+        cur.fetchall()
         cur.execute(sql)
         return cur.fetch_arrow_table()
 
@@ -220,11 +235,11 @@ def _agent_ids(p: Path) -> pa.Array:
     return ids.column(0).combine_chunks().slice(1)
 
 
-def _read_actions(p: Path) -> tuple[tuple[Column, ...], list[pa.Array]]:
-    """Decode the per-step JSON arrays into one row per decision.
+def _read_actions(p: Path, steps: int | None = None) -> tuple[tuple[Column, ...], list[pa.Array]]:
+    """Decode the per-step JSON arrays into one row per decision (schema 2 and before).
 
     The steps' arrays are handed to Arrow's (C++) JSON reader as one document per step, so
-    a million decisions decode in a fraction of a second.
+    a million decisions decode in a fraction of a second. ``steps``: the steps read at most.
     """
     import io
 
@@ -232,13 +247,15 @@ def _read_actions(p: Path) -> tuple[tuple[Column, ...], list[pa.Array]]:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    con = sqlite3.connect(f"file:{p.resolve()}?mode=ro", uri=True)
+    con = read_connection(p)
     con.text_factory = bytes  # the JSON goes to Arrow as bytes: no decode and re-encode
     try:
         v1 = "fallback" not in {row[1].decode() for row in con.execute("PRAGMA table_info(steps)")}
         # A schema-1 file lacks the columns added since: read as null, then derived below.
         names = ", ".join("NULL" if v1 and c.since > 1 else c.name for c in DECISIONS)
-        rows = con.execute(f"SELECT step, n_actions, {names} FROM steps ORDER BY step").fetchall()
+        rows = con.execute(
+            f"SELECT step, n_actions, {names} FROM steps {_below(steps)} ORDER BY step"
+        ).fetchall()
     finally:
         con.close()
     counts = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
@@ -332,11 +349,31 @@ def _derive_v1_fallbacks(decoded: dict[str, Any]) -> None:
     decoded["success"] = pc.if_else(fell_back, 0, pc.cast(combined("success"), pa.int64()))
 
 
-def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Table:
-    """One trace table as an Arrow table with decoded agent ids and categorical text."""
+def _below(steps: int | None) -> str:
+    """The ``WHERE`` clause of a table with a ``step`` column, bounded by ``steps`` (or none)."""
+    return "" if steps is None else f"WHERE step < {int(steps)}"
+
+
+# The frames read from a table with a ``step`` column, which ``steps`` bounds; the others
+# (agents, and any table added later) are read whole.
+_STEP_TABLES = frozenset({"steps", "messages", "llm_calls", "transitions"})
+
+
+def read_arrow(
+    path: str | Path, name: str, run_id: str | None = None, *, steps: int | None = None
+) -> pa.Table:
+    """One trace table as an Arrow table with decoded agent ids and categorical text.
+
+    Args:
+        path: The trace file.
+        name: The frame (``FRAME_NAMES``, ``REPORTER_FRAMES`` or ``arguments``).
+        run_id: A ``run_id`` column to put in front (None: none).
+        steps: Read only the rows of steps before this one (None: every row); see the module
+            docstring.
+    """
     if name == "arguments":  # the actions' key columns and arguments only, then typed
         try:
-            return with_run_id(_read_arguments(check_trace_file(path)), run_id)
+            return with_run_id(_read_arguments(check_trace_file(path), steps), run_id)
         except TraceError:
             raise
         except Exception as exc:  # a damaged or partial file
@@ -344,26 +381,27 @@ def read_arrow(path: str | Path, name: str, run_id: str | None = None) -> pa.Tab
     if name in REPORTER_FRAMES:
         from vivarium.trace.reporter_frames import read_reporters
 
-        return with_run_id(read_reporters(check_trace_file(path), name), run_id)
+        return with_run_id(read_reporters(check_trace_file(path), name, steps), run_id)
     if name not in FRAME_NAMES:
         known = ", ".join((*FRAME_NAMES, *REPORTER_FRAMES))
         raise TraceError(f"unknown trace table '{name}' (known: {known})")
     p = check_trace_file(path)
     try:
         if name == "actions" and not _has_table(p, "decisions"):
-            columns, arrays = _read_actions(p)  # schema 2 and before: the steps' arrays
+            columns, arrays = _read_actions(p, steps)  # schema 2 and before: the steps' arrays
         elif name == "actions":
-            columns, arrays = _read_decisions(p)
+            columns, arrays = _read_decisions(p, steps=steps)
         else:
             columns = frame_columns(name)
-            body = f"FROM {name} ORDER BY {table(name).primary_key}"
+            where = _below(steps) if name in _STEP_TABLES else ""
+            body = f"FROM {name} {where} ORDER BY {table(name).primary_key}"
             if name == "transitions":  # older schemas lack the later columns
                 has = {c: _has_column(p, "transitions", c) for c in ("routine", "reason")}
                 if not all(has.values()):
                     extra = ("" if has["routine"] else ", 0 AS routine") + (
                         "" if has["reason"] else ", NULL AS reason"
                     )
-                    body = f"FROM (SELECT *{extra} FROM transitions) ORDER BY id"
+                    body = f"FROM (SELECT *{extra} FROM transitions {where}) ORDER BY id"
             arrays = list(_fetch_arrow(p, _query(columns, body)).slice(1).columns)
     except TraceError:
         raise
@@ -450,11 +488,15 @@ ARGUMENT_KEYS = ("run_id", "step", "seq", "agent_id", "action")
 _DETAILS = frozenset(c.name for c in DECISIONS) - {"agent_idx", "action"}
 
 
-def _parse_arguments(chunk: pa.Array) -> pa.Table:
-    """One chunk of the arguments column parsed: a column per key, and ``__rows`` (all null).
+_ROWS = "__rows"  # the column that keeps a chunk's row count when no row has any argument
 
-    Parsed from Arrow's own buffer (the JSON is never copied into Python bytes); ``__rows``
-    keeps the row count when no row has any argument.
+
+def _parse_arguments(chunk: pa.Array) -> pa.Table:
+    """One chunk of the arguments column parsed: a column per key.
+
+    Parsed from Arrow's own buffer (the JSON is never copied into Python bytes). A chunk in which
+    no row has any argument is one all-null column, ``_ROWS`` (of Arrow's null type: an argument
+    of that name that some row has is a column of its own, typed by its values).
     """
     import numpy as np
     import pyarrow as pa
@@ -465,17 +507,23 @@ def _parse_arguments(chunk: pa.Array) -> pa.Table:
     texts = pc.coalesce(pc.cast(chunk, pa.string(), memory_pool=pool), "{}", memory_pool=pool)
     empty = pc.equal(texts, "", memory_pool=pool)
     texts = pc.if_else(empty, "{}", texts, memory_pool=pool)  # no arguments, however written
-    rows = pa.nulls(len(texts))
     if not len(texts) or pc.all(pc.equal(texts, "{}")).as_py():
-        return pa.table({"__rows": rows})
+        return pa.table({_ROWS: pa.nulls(len(texts))})
     # Each row's object and a newline, joined in C++: newline-delimited JSON.
     lines = pc.binary_join_element_wise(texts, pa.scalar("\n"), "", memory_pool=pool)
     offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32)[lines.offset :]
     start, end = int(offsets[0]), int(offsets[len(lines)])
-    try:
-        table = pj.read_json(
-            pa.BufferReader(lines.buffers()[2].slice(start, end - start)), memory_pool=pool
+
+    def read(schema: pa.Schema | None = None) -> pa.Table:
+        options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
+        return pj.read_json(
+            pa.BufferReader(lines.buffers()[2].slice(start, end - start)),
+            parse_options=options,
+            memory_pool=pool,
         )
+
+    try:
+        table = read()
     except pa.ArrowInvalid as exc:
         raise TraceError(
             f"arguments cannot be read as typed columns ({str(exc).splitlines()[0]}); "
@@ -486,7 +534,37 @@ def _parse_arguments(chunk: pa.Array) -> pa.Table:
             f"arguments: {table.num_rows} objects read for {len(texts)} decisions; read "
             "them as JSON from the actions frame's 'arguments' column"
         )
-    return table.append_column("__rows", rows)
+    if pc.any(pc.match_substring_regex(texts, r"\d{19}", memory_pool=pool)).as_py():
+        table = _exact_big_integers(table, read)
+    return table
+
+
+def _exact_big_integers(table: pa.Table, read: Any) -> pa.Table:
+    """``table`` with keys holding integers past 2**63 read exactly (unsigned 64-bit).
+
+    Arrow's JSON reader reads such an integer (a seed of 64 bits, say) as a float, rounded; a
+    key whose numbers are all whole and >= 0 is read again as ``uint64``. One that mixes them
+    with negative or fractional numbers cannot be one exact column: refused in one line.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, field in enumerate(table.schema):
+        if not pa.types.is_floating(field.type):
+            continue
+        top = pc.max(pc.abs(table.column(i))).as_py()
+        if top is None or top < 2.0**63:
+            continue
+        try:
+            exact = read(pa.schema([(field.name, pa.uint64())])).column(field.name)
+        except pa.ArrowInvalid:
+            raise TraceError(
+                f"arguments: '{field.name}' holds integers past 2**63 among other numbers, which "
+                "one typed column would round; read them as JSON from the actions frame's "
+                "'arguments' column"
+            ) from None
+        table = table.set_column(i, field.name, exact)
+    return table
 
 
 def arguments_table(actions: pa.Table) -> pa.Table:
@@ -557,8 +635,8 @@ def _with_arguments(keys: dict[str, Any], parsed: list[pa.Table]) -> pa.Table:
                 "read them as JSON from the actions frame's 'arguments' column"
             ) from None
         for name in merged.column_names:
-            if name == "__rows":
-                continue
+            if name == _ROWS and pa.types.is_null(merged.column(name).type):
+                continue  # the row count of chunks without arguments, not an argument
             label = name
             while label in keys:  # a key named like a column already there (a sweep's seed)
                 label = f"argument_{label}"

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from vivarium.trace.onefile import read_connection
+
 # The request fields stored as texts of their own; every other field goes to ``params``.
 _SPLIT = ("messages", "tools")
 # Canonical JSON (sorted keys), the form the cassette keeps the same request and reply in: a
@@ -108,7 +110,7 @@ def read_exchanges(
         ``messages`` (and ``tools``, when sent) in place, as the server received it; None for
         a call recorded without its text (a trace of schema 2 or before).
     """
-    con = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+    con = read_connection(Path(path))
     try:
         columns = {row[1] for row in con.execute("PRAGMA table_info(llm_calls)")}
         if "reply" not in columns:

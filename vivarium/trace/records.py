@@ -17,6 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vivarium.trace.schema import STORED_DECISIONS
+from vivarium.trace.values import (
+    INT_MAX,
+    INT_MIN,
+    JSON_INT_MAX,
+    UnrecordableValue,
+    canonical,
+    compact,
+    plain,
+    too_big,
+)
 
 # The decision columns in the steps table's order (the order ``StepRecord.encode`` returns).
 ACTION_COLUMNS = tuple(column.name for column in STORED_DECISIONS)
@@ -26,37 +36,62 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 # The string encoder ``json.dumps(..., ensure_ascii=False)`` uses (C when available).
 _quote = json.encoder.encode_basestring
-# ``vivarium.seeding.canonical_json``'s settings, built once instead of per call.
-_canonical = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-).encode
 
 
 _FLAT_MAX = 4  # keys of a mapping written directly (sorted by hand) by ``encode_object``
 _int_text = int.__repr__
+_float_text = float.__repr__
+_INF = float("inf")
+_CONSTANTS = {True: "true", False: "false"}
 
 
 def encode_object(value: dict[str, Any] | None) -> str | None:
     """A decision's arguments, metadata or result as stored: canonical JSON, or None if empty.
 
-    The same text as ``canonical_json`` (sorted keys, no spaces, ``default=str``). A small flat
-    mapping of strings to strings and integers, the commonest arguments (``{"to": "agent_7"}``,
-    ``{"cell": 37}``), is written directly, half the encoder's cost: this runs for every
-    decision of a run. (``type(...) is int`` leaves out ``bool``, which JSON writes as
-    ``true``; an ``int`` is written as JSON writes it, ``int.__repr__``.)
+    Canonical JSON (sorted keys, no spaces) of the value as the world saw it
+    (``vivarium.trace.values``: numpy scalars as their Python values, arrays as lists; a value
+    JSON cannot hold faithfully is refused). A small flat mapping of strings to strings,
+    64-bit integers, finite floats, booleans and None, the commonest arguments
+    (``{"to": "agent_7"}``, ``{"cell": 37}``, ``{"price": 1.5}``), is written directly, in a
+    fraction of the encoder's cost: this runs for every decision of a run. Each is written as
+    JSON writes it: ``int.__repr__``, ``float.__repr__``, ``true``, ``null`` (``type(...) is
+    int`` leaves out ``bool``; NaN and infinities take the encoder's path).
+
+    Raises:
+        UnrecordableValue: a part of the value cannot be recorded (its ``path`` names it).
     """
     if not value:
         return None
     if type(value) is dict and len(value) <= _FLAT_MAX:
         parts = []
-        for key in sorted(value) if len(value) > 1 else value:
+        for key in value if len(value) == 1 else _sorted_keys(value):
             item = value[key]
             kind = type(item)
-            if type(key) is not str or (kind is not str and kind is not int):
-                return _canonical(value)
-            parts.append(_quote(key) + ":" + (_quote(item) if kind is str else _int_text(item)))
+            if type(key) is not str:
+                return canonical(value)  # refused, with the reason
+            if kind is str:
+                text = _quote(item)
+            elif kind is int and INT_MIN <= item <= JSON_INT_MAX:
+                text = _int_text(item)
+            elif kind is float and -_INF < item < _INF:  # NaN compares false
+                text = _float_text(item)
+            elif kind is bool:
+                text = _CONSTANTS[item]
+            elif item is None:
+                text = "null"
+            else:
+                return canonical(value)
+            parts.append(_quote(key) + ":" + text)
         return "{" + ",".join(parts) + "}"
-    return _canonical(value)
+    return canonical(value)
+
+
+def _sorted_keys(value: dict[Any, Any]) -> list[Any]:
+    """The keys in JSON's order; keys of mixed types (refused by ``canonical``) as they are."""
+    try:
+        return sorted(value)
+    except TypeError:
+        return list(value)
 
 
 def encode_column(values: list[Any]) -> str | None:
@@ -179,24 +214,28 @@ class StepRecord:
 def encode_model_value(value: Any) -> tuple[str, Any]:
     """A model reporter's value as stored: its kind and what SQLite holds.
 
-    Numbers, booleans and strings are stored as themselves (numpy scalars too); anything else
-    as compact JSON text (kind ``json``), None as NULL (kind ``null``).
+    Numbers, booleans and strings are stored as themselves (numpy scalars as their Python
+    values); anything else as compact JSON text (kind ``json``), None as NULL (kind ``null``).
+    A float NaN is stored as SQLite stores it, NULL, with kind ``float``: read back as NaN
+    (``vivarium.trace.reporter_frames``), not as a missing value.
+
+    Raises:
+        UnrecordableValue: the value cannot be recorded as it is (``vivarium.trace.values``).
     """
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
-        value = value.item()  # a numpy scalar
+    value = plain(value)
     if value is None:
         return "null", None
     if isinstance(value, bool):
         return "bool", int(value)
     if isinstance(value, int):
+        if value > INT_MAX:  # SQLite's INTEGER is signed
+            raise too_big(value, "2**63")
         return "int", value
     if isinstance(value, float):
         return "float", value
     if isinstance(value, str):
         return "text", value
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    return "json", _dumps(value)
+    return "json", compact(value)
 
 
 _PACKED = {"b": "|b1", "i": "<i8", "u": "<i8", "f": "<f8"}
@@ -206,7 +245,12 @@ def encode_agent_values(values: Any) -> tuple[str, bytes]:
     """One agent reporter's values at one step, packed: numpy bytes with their dtype, or JSON.
 
     Numbers become one little-endian array (``<f8``, ``<i8`` or ``|b1``): one ``tobytes`` per
-    step and reporter, whatever the number of agents. Anything else is a JSON array.
+    step and reporter, whatever the number of agents. Anything else is a JSON array of the
+    values as ``vivarium.trace.values`` records them. A list that mixes booleans with numbers is
+    JSON too (an array would make ``True`` a ``1``).
+
+    Raises:
+        UnrecordableValue: a value cannot be recorded; ``path`` starts with its agent's index.
     """
     import numpy as np
 
@@ -215,11 +259,77 @@ def encode_agent_values(values: Any) -> tuple[str, bytes]:
     except (ValueError, TypeError):  # ragged: not one array
         arr = None
     if arr is not None and arr.ndim == 1 and arr.dtype.kind in _PACKED:
-        dtype = _PACKED[arr.dtype.kind]
-        return dtype, arr.astype(dtype, copy=False).tobytes()
+        kind = arr.dtype.kind
+        if kind != "b" and not isinstance(values, np.ndarray):
+            if kind == "f":
+                _check_ints(values)  # [-1, 2**63] is a float array: 2**63 would be rounded
+            if _has_bools(values):
+                arr = None  # [True, 2]: kept as given, in JSON
+        if kind == "u" and arr is not None and arr.size and arr.max() > INT_MAX:
+            at = int(np.argmax(arr > INT_MAX))
+            raise UnrecordableValue(too_big(int(arr[at]), "2**63").reason, path=(f"[{at}]",))
+        if arr is not None:
+            dtype = _PACKED[kind]
+            return dtype, arr.astype(dtype, copy=False).tobytes()
     items = values.tolist() if hasattr(values, "tolist") else list(values)
-    items = [v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v for v in items]
-    return "json", _dumps(items).encode()
+    _check_ints(items)  # as a packed array would: a frame column holds 64-bit integers
+    return "json", compact(items).encode()
+
+
+def _has_bools(values: Any) -> bool:
+    """Whether a sequence holds a Python or numpy boolean (types read in C, not per item in Python)."""
+    import numpy as np
+
+    kinds = set(map(type, values))
+    return bool in kinds or np.bool_ in kinds
+
+
+def _check_ints(values: Any) -> None:
+    """Refuse a Python int of a list that an agent reporter's packed array cannot hold exactly.
+
+    Raises:
+        UnrecordableValue: names the agent's index (``path``).
+    """
+    if int not in set(map(type, values)):
+        return
+    for i, v in enumerate(values):
+        if type(v) is int and not INT_MIN <= v <= INT_MAX:
+            raise UnrecordableValue(too_big(v, "2**63").reason, path=(f"[{i}]",))
+
+
+def check_messages(messages: list[tuple[Any, ...]], step: int) -> None:
+    """Refuse a step's messages that the trace would not keep as given.
+
+    A message row is ``(seq, author_id, channel, content)``, all text but the order: an integer
+    content would come back as text, a numpy one as its raw bytes, a dict or None would fail the
+    write far from its cause. One check of each row's types, per step.
+
+    Raises:
+        UnrecordableValue: names the message, its step and author, and what is wrong.
+    """
+    for row in messages:
+        if len(row) == 4 and type(row[0]) is int and all(type(v) is str for v in row[1:]):
+            continue  # the usual row, checked without a call
+        _check_message(row, step)
+
+
+def _check_message(row: tuple[Any, ...], step: int) -> None:
+    if len(row) != 4:
+        raise UnrecordableValue(
+            f"a message row at step {step} has {len(row)} fields, not 4 "
+            f"(seq, author_id, channel, content): {row!r:.100}"
+        )
+    seq, author, channel, content = row
+    where = f"message {seq!r} at step {step} from {author!r}"
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise UnrecordableValue(f"its seq is {seq!r}, not an int", where=where)
+    for name, value in (("author_id", author), ("channel", channel), ("content", content)):
+        if not isinstance(value, str):
+            kind = type(value).__name__
+            raise UnrecordableValue(
+                f"its {name} is {value!r:.60} ({kind}), not text; give str (JSON text for data)",
+                where=where,
+            )
 
 
 def decode_agent_values(dtype: str, data: bytes) -> Any:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vivarium.errors import TraceError
+from vivarium.trace.onefile import read_connection
 from vivarium.trace.records import decode_agent_values
 
 if TYPE_CHECKING:
@@ -27,19 +28,23 @@ if TYPE_CHECKING:
 REPORTERS_META_KEY = "reporters"  # as vivarium.engine.reporters writes it
 
 
-def read_reporters(path: Path, name: str) -> pa.Table:
+def read_reporters(path: Path, name: str, steps: int | None = None) -> pa.Table:
     """Frame ``name`` (``model_vars`` or ``agent_vars``) of the trace at ``path`` as Arrow.
+
+    ``steps``: only the rows of steps before this one (and -1, the state before step 0).
 
     Raises:
         TraceError: the tables cannot be read (a damaged file).
     """
-    con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    below = "" if steps is None else f"WHERE step < {int(steps)}"
+    con = read_connection(path)
     try:
+        con.execute("BEGIN")  # the tables, the agents and the rows of one snapshot
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         order = _declared_order(con, name, tables)
         agent_ids = [r[0] for r in con.execute("SELECT agent_id FROM agents ORDER BY agent_idx")]
         rows = (
-            con.execute(f"SELECT * FROM {name} ORDER BY step").fetchall()  # noqa: S608
+            con.execute(f"SELECT * FROM {name} {below} ORDER BY step").fetchall()  # noqa: S608
             if name in tables
             else []
         )
@@ -76,6 +81,10 @@ def _model_frame(rows: list[tuple[Any, ...]], order: list[str]) -> pa.Table:
     by_name: dict[str, list[Any]] = {n: [None] * len(steps) for n in _names(rows, order)}
     kinds: dict[str, set[str]] = {n: set() for n in by_name}
     for step, reporter, kind, value in rows:
+        if kind == "float" and value is None:
+            value = _NAN  # SQLite stores a float NaN as NULL; its kind says it was a float
+        elif kind == "bool" and value is not None:
+            value = bool(value)
         by_name[reporter][position[step]] = value
         if kind != "null":
             kinds[reporter].add(kind)
@@ -84,8 +93,17 @@ def _model_frame(rows: list[tuple[Any, ...]], order: list[str]) -> pa.Table:
     return pa.table(columns)
 
 
+_NAN = float("nan")
+# As the model frame shows JSON values: the text the trace keeps (compact, keys in order).
+_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def _typed(values: list[Any], kinds: set[str]) -> pa.Array:
-    """A model reporter's column, typed by the kinds it recorded."""
+    """A model reporter's column, typed by the kinds it recorded.
+
+    Mixed kinds (a number at one step, text or a boolean at another) make a text column, each
+    value as ``str`` writes it (``True``, not the ``1`` SQLite keeps).
+    """
     import pyarrow as pa
 
     if kinds <= {"int"}:
@@ -93,7 +111,7 @@ def _typed(values: list[Any], kinds: set[str]) -> pa.Array:
     if kinds <= {"int", "float"}:
         return pa.array([None if v is None else float(v) for v in values], pa.float64())
     if kinds == {"bool"}:
-        return pa.array([None if v is None else bool(v) for v in values], pa.bool_())
+        return pa.array(values, pa.bool_())
     return pa.array([None if v is None else str(v) for v in values], pa.string())
 
 
@@ -161,6 +179,6 @@ def _agent_column(parts: list[Any], n: int) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
     return pa.array(
-        [None if v is None else v if isinstance(v, str) else json.dumps(v) for v in values],
+        [None if v is None else v if isinstance(v, str) else _json(v) for v in values],
         pa.string(),
     )

@@ -57,6 +57,12 @@ def read_run_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     finally:
         con.close()
     if row is None:
+        from vivarium.trace.onefile import writer_alive
+
+        if writer_alive(p):
+            raise TraceError(
+                f"{p} holds no run record yet: its run is starting; open it in a moment"
+            )
         raise TraceError(f"{p} holds no run record (the run never started)")
     meta = dict(row)
     meta["config"] = json.loads(meta.pop("config_json"))
@@ -65,6 +71,11 @@ def read_run_record(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 class TraceRun(FrameViews):
     """A finished (or interrupted) run, read from its trace file. Frames are loaded on demand.
+
+    A run opened while it is written (``Run.open`` polled from another notebook) is the run as
+    it was at that moment: ``metadata`` says how many steps were committed (``steps_done``),
+    and every frame, read now or later, holds the rows of those steps and no others, so the
+    frames agree with each other and with the metadata. Open it again for the steps since.
 
     Attributes:
         path: The trace file.
@@ -101,8 +112,16 @@ class TraceRun(FrameViews):
         if name not in self._frames:
             from vivarium.trace.frames import read_arrow
 
-            self._frames[name] = read_arrow(self.path, name, run_id=self.run_id)
+            self._frames[name] = read_arrow(
+                self.path, name, run_id=self.run_id, steps=self._steps_read
+            )
         return self._frames[name]
+
+    @property
+    def _steps_read(self) -> int | None:
+        """The steps every frame reads: those committed when the run record was read."""
+        done = self.metadata.get("steps_done")
+        return None if done is None else int(done)
 
     def _arguments_arrow(self) -> pa.Table:
         """The arguments frame read straight from the file.
@@ -124,12 +143,16 @@ class TraceRun(FrameViews):
         """
         if "llm_call_ids" not in self._frames:
             rows = self.arrow("llm_calls").num_rows
+            bound = self._steps_read
+            where = "" if bound is None else f" WHERE step < {bound}"
             con = TraceDb.connect_readonly(self.path)
             try:
-                ids = [row[0] for row in con.execute("SELECT id FROM llm_calls ORDER BY id")]
+                ids = [
+                    row[0] for row in con.execute(f"SELECT id FROM llm_calls{where} ORDER BY id")
+                ]
             finally:
                 con.close()
-            # Calls committed since the frame was read come after its rows (ids grow).
+            # The frame's own calls (those of its steps), in its order (ids grow).
             self._frames["llm_call_ids"] = ids[:rows]
         return _call_ids(self._frames["llm_call_ids"])
 
@@ -201,17 +224,43 @@ class TraceRun(FrameViews):
     def _facts(self) -> list[tuple[str, str]]:
         """The run at a glance, as (label, value) pairs: what ``repr`` and the HTML show."""
         m = self.metadata
-        return [
+        facts = [
             ("run_id", m["run_id"]),
             ("world", m["world"]),
             ("policy", m["policy"]),
             ("agents", str(m["agents"])),
             ("steps", f"{m['steps_done']}/{m['steps']}"),
             ("seed", m["seed"]),
+        ]
+        llm = (m.get("config") or {}).get("llm")
+        if isinstance(llm, dict):  # who answered: the mock is never passed off as a model
+            model = str(llm.get("model", "mock"))
+            mock = llm.get("mock") or model == "mock"
+            facts.append(("llm", "mock (deterministic)" if mock else model))
+        facts += [
             ("status", m["status"]),
             ("health", str(self.health)),
-            ("trace", str(self.path)),
         ]
+        facts += [("history", note) for note in self.health.notes]  # interruptions, resumed
+        facts.append(("trace", str(self.path)))
+        return facts
+
+    @property
+    def interruptions(self) -> pd.DataFrame:
+        """Each time the run stopped before its end, and what that discarded (one row each).
+
+        ``step`` (the first step not committed), ``ended`` (interrupted, failed, killed),
+        ``reason``, ``recorded_at`` (UTC, wall clock: history, not a result), ``decisions``
+        and ``llm_calls`` discarded, and ``discarded`` (those call attempts, as dicts). Empty for
+        a run never interrupted. See ``vivarium.trace.interruptions``.
+        """
+        import pandas as pd
+
+        from vivarium.trace.interruptions import Interruption, read_interruptions
+
+        names = list(Interruption.__dataclass_fields__)
+        rows = [[getattr(i, n) for n in names] for i in read_interruptions(self.path)]
+        return pd.DataFrame(rows, columns=names)
 
     def __repr__(self) -> str:
         """``Run(run_id=..., world=..., ...)``: the facts on one line."""

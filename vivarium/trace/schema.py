@@ -374,6 +374,52 @@ AGENT_VARS = Table(
 REPORTER_TABLES = (MODEL_VARS, AGENT_VARS)
 """The reporter tables, created lazily (see above)."""
 
+# -- interruptions (a run's history, not its result) ------------------------------------------
+# Created by the first interruption of a run (``CREATE TABLE IF NOT EXISTS``), never in ``DDL``:
+# a run never interrupted keeps exactly the file layout it always had. A resumed run's other
+# tables equal an uninterrupted run's (see ``vivarium.runner.resume_run``); this one says what
+# happened on the way. Its ``recorded_at`` is wall-clock time on purpose: when a run stopped is
+# history, as a log line is, not a result, so it is outside the state hash and the rest of
+# the file (which stays byte-identical across machines and reruns).
+
+INTERRUPTIONS = _table(
+    "interruptions",
+    "One time the run stopped before its end, and what that stop discarded.",
+    Column("id", "INTEGER PRIMARY KEY", None, "In the order they happened."),
+    Column(
+        "step",
+        "INTEGER NOT NULL",
+        "int",
+        "The first step not committed: where the run stopped and where a resume goes on.",
+    ),
+    Column(
+        "ended",
+        "TEXT NOT NULL",
+        "category",
+        "interrupted (Ctrl-C, SIGTERM, an LLM outage), failed (an error), or killed (the "
+        "process ended without recording it; found by the next resume).",
+    ),
+    Column("reason", "TEXT", "text", "Why, as the run record's error said it."),
+    Column(
+        "recorded_at", "TEXT NOT NULL", "text", "When it was recorded (UTC ISO 8601, wall clock)."
+    ),
+    Column(
+        "decisions",
+        "INTEGER NOT NULL",
+        "int",
+        "Decisions of that step taken before the stop: discarded, the resume takes them again.",
+    ),
+    Column("llm_calls", "INTEGER NOT NULL", "int", "LLM call attempts of that step, discarded."),
+    Column(
+        "discarded",
+        "TEXT",
+        "text",
+        "Those attempts as a JSON array (agent_id, attempt, model, request_hash, tokens, "
+        "error, reply): what a sampling model answered before the stop is kept here.",
+    ),
+)
+"""A run's interruptions, created lazily (see above)."""
+
 
 def actions_view_ddl() -> str:
     """The ``CREATE VIEW actions`` statement: the decisions, each with its agent's id.

@@ -1,7 +1,7 @@
 """Where a run's trace stands, asked without loading it: finished, resumable, first fallback.
 
 A sweep decides what to do with each of its runs from these answers alone: skip a run whose
-trace is finished, resume one that has a checkpoint, rerun the rest, and name the first
+trace is finished, resume one that has committed steps, rerun the rest, and name the first
 decision that fell back when a complete run is not a clean result. Each answer is one or two
 small queries on a read-only connection, and a missing, foreign or damaged file answers "no"
 instead of raising, since to a sweep such a file is simply a run still to do.
@@ -34,7 +34,10 @@ def _run_record(con: sqlite3.Connection) -> tuple[str, str] | None:
 
 
 def is_resumable(path: str | os.PathLike[str], run_id: str) -> bool:
-    """Whether ``path`` holds an unfinished trace of ``run_id`` with a checkpoint to resume from.
+    """Whether ``path`` holds an unfinished trace of ``run_id`` with committed steps to keep.
+
+    A resume needs no checkpoint: it re-executes the committed steps from the trace (see
+    ``vivarium.runner.resume_run``); checkpoints only shorten that.
 
     Args:
         path: The trace file.
@@ -42,7 +45,7 @@ def is_resumable(path: str | os.PathLike[str], run_id: str) -> bool:
 
     Returns:
         True when the trace is of ``run_id``, its status is not ``complete`` and it has at least
-        one checkpoint; False otherwise, including when the file is missing or unreadable.
+        one step committed; False otherwise, including when the file is missing or unreadable.
     """
     p = Path(path)
     if not p.is_file():
@@ -55,7 +58,7 @@ def is_resumable(path: str | os.PathLike[str], run_id: str) -> bool:
         row = _run_record(con)
         if row is None or row[0] != run_id or row[1] == "complete":
             return False
-        return con.execute("SELECT count(*) FROM checkpoints").fetchone()[0] > 0
+        return con.execute("SELECT steps_done FROM runs").fetchone()[0] > 0
     except sqlite3.Error:
         return False
     finally:

@@ -1,4 +1,12 @@
-"""``vvm validate``: is a trace complete, and has anything in it changed since it was written?"""
+"""``vvm validate``: is a trace complete, and has anything in it changed since it was written?
+
+A trace may be validated while its run writes it: every check reads one snapshot of the file
+(``TraceDb.connect_readonly``), so the steps committed so far are checked as they are, and the
+report says ``running`` instead of ``incomplete`` while a process still writes the file (its
+writer's lock, ``vivarium.trace.onefile.writer_alive``), a resume re-executing its committed
+steps included. A run that says ``running`` but that no process writes any more (killed) is
+``incomplete``: resumable.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vivarium.trace.db import FILLED_META_KEY, TraceDb
+from vivarium.trace.onefile import writer_alive
 from vivarium.trace.records import (
     ACTION_COLUMNS,
     GENESIS_HASH,
@@ -26,23 +35,28 @@ class ValidationReport:
 
     Attributes:
         path: The trace checked.
-        status: ``ok``, ``incomplete`` (the run stopped early) or ``corrupt`` (changed since).
+        status: ``ok``, ``incomplete`` (the run stopped early), ``running`` (a process is
+            writing it now: the steps committed so far are intact) or ``corrupt`` (changed
+            since it was written).
         run_id: The run's id (None when there is no run record).
         steps_expected: Steps the run asked for.
         steps_found: Steps in the file.
         agents: Agents in the file.
         actions: Decisions in the file.
         problems: What is wrong, one line each.
+        notes: What is worth knowing and no problem, one line each: the run's interruptions
+            (``resumed after 2 interruptions (steps 4, 9)``; ``vivarium.trace.interruptions``).
     """
 
     path: Path
-    status: str = "ok"  # ok | incomplete | corrupt
+    status: str = "ok"  # ok | incomplete | running | corrupt
     run_id: str | None = None
     steps_expected: int = 0
     steps_found: int = 0
     agents: int = 0
     actions: int = 0
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -56,21 +70,34 @@ class ValidationReport:
             f"steps={self.steps_found}/{self.steps_expected} agents={self.agents} "
             f"actions={self.actions}"
         )
-        return [head, *(f"  - {p}" for p in self.problems)]
+        return [head, *(f"  - {p}" for p in self.problems), *(f"  * {n}" for n in self.notes)]
 
 
 def validate_trace(path: str | Path) -> ValidationReport:
-    """Check the run row, step numbering, row counts and the state-hash chain."""
+    """Check the run row, step numbering, row counts and the state-hash chain (one snapshot)."""
     report = ValidationReport(Path(path))
+    # Asked before the snapshot is read: a run that ends meanwhile is then complete in it.
+    live = writer_alive(path)
     con = TraceDb.connect_readonly(path)
     try:
-        _check(con, report)
+        _check(con, report, live)
+        _check_history(con, report)
     except sqlite3.DatabaseError as exc:
         report.status = "corrupt"
         report.problems.append(f"SQLite error: {exc}")
     finally:
         con.close()
     return report
+
+
+def _check_history(con: sqlite3.Connection, report: ValidationReport) -> None:
+    """Say the run's interruptions: a note, never a problem (history, outside the hash chain)."""
+    from vivarium.trace.interruptions import describe, read_interruptions
+
+    row = con.execute("SELECT status FROM runs").fetchone()
+    note = describe(read_interruptions(con), row[0] if row else "")
+    if note is not None:
+        report.notes.append(note)
 
 
 _EMPTY = (None,) * len(ACTION_COLUMNS)  # a step without decisions
@@ -114,11 +141,15 @@ def _corrupt(report: ValidationReport, problem: str) -> None:
     report.problems.append(problem)
 
 
-def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
+def _check(con: sqlite3.Connection, report: ValidationReport, live: bool = False) -> None:
     runs = con.execute(
         "SELECT run_id, steps, agents, status, steps_done, json_extract(config_json, '$.mode') "
         "FROM runs"
     ).fetchall()
+    if not runs and live:
+        report.status = "running"
+        report.problems.append("no run record yet: the run writing it is starting")
+        return
     if not runs:  # killed before its run record was committed: nothing to resume
         report.status = "incomplete"
         report.problems.append("no run record: the run never started (run it again)")
@@ -203,11 +234,21 @@ def _check(con: sqlite3.Connection, report: ValidationReport) -> None:
         previous = state_hash
         report.actions += n_actions
     _check_reporters(con, report, n_agents)
-    if report.status == "ok" and (status != "complete" or report.steps_found < planned):
-        report.status = "incomplete"
+    if report.status == "ok" and status != "complete" and live:
+        # A run writing, or a resume re-executing its committed steps (its status still says
+        # how it stopped until its first new step is committed): either way not to resume.
+        doing = "a running process" if status == "running" else "a resume under way"
+        report.status = "running"
         report.problems.append(
-            f"run status is '{status}' with {report.steps_found} of {planned} steps committed "
-            "(resume it with `vvm resume`)"
+            f"being written by {doing}: {report.steps_found} of {planned} steps "
+            "committed so far, all intact (validate it again when the run ends)"
+        )
+    elif report.status == "ok" and (status != "complete" or report.steps_found < planned):
+        report.status = "incomplete"
+        gone = ", and no process is writing it (the run was killed)" if status == "running" else ""
+        report.problems.append(
+            f"run status is '{status}' with {report.steps_found} of {planned} steps "
+            f"committed{gone} (resume it with `vvm resume`)"
         )
 
 
