@@ -66,4 +66,4 @@ docs: $(DOCS_STAMP)
 
 
 clean:
-	rm -rf $(VENV) runs build site *.egg-info
+	rm -rf $(VENV) runs notebooks/runs build site *.egg-info

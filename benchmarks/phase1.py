@@ -25,7 +25,7 @@ def run_once(agents: int, steps: int, folder: Path, batch: bool = True) -> tuple
         run = exp.run(db, progress=False)
     else:
         from vivarium.engine.engine import WorldEngine
-        from vivarium.experiment import Run
+        from vivarium.facade import Run
         from vivarium.trace.db import TraceDb
 
         trace = TraceDb(db)

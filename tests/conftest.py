@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.signals import ctrl_c_raises
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,6 +22,13 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "trace.sqlite"
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt`` in this test, though the suite was started ignoring it."""
+    with ctrl_c_raises():
+        yield
 
 
 def run_cli(

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from vivarium import ActionRequest, Observation, RandomAgentPolicy, TraceDb, WorldEngine
-from vivarium.config import ExperimentConfig
 from vivarium.engine import WorldEngineConfig
-from vivarium.plan import agent_plan
+from vivarium.experiment.config import ExperimentConfig
+from vivarium.experiment.plan import agent_plan
 from vivarium.seeding import agent_sort_key
 from vivarium.worlds import InMemoryChannel
 
@@ -208,8 +208,8 @@ def test_temperature_defaults_to_zero_and_aams_is_one_flag_away(tmp_path: Path) 
 def test_an_aam_experiment_file_gets_the_barrier_schedulers_two_retries() -> None:
     """aam scheduler.py: the barrier scheduler re-asks a decision twice (``max_retries=2``)
     under ``per_agent_timeout_s``; ours does that only for aam experiment files (README)."""
-    from vivarium.config import ExperimentConfig
-    from vivarium.config_sections import convert_sections
+    from vivarium.experiment.config import ExperimentConfig
+    from vivarium.experiment.sections import convert_sections
 
     aam = convert_sections({"policy": {"kind": "cognitive", "mock_llm": True}}).config
     assert aam.llm is not None and (aam.llm.agent_retries, aam.llm.agent_timeout) == (2, 60.0)

@@ -74,3 +74,145 @@ def test_public_name_has_a_docstring(name: str) -> None:
     obj = getattr(vivarium, name)
     doc = obj.__doc__ if inspect.isclass(obj) else inspect.getdoc(obj)
     assert doc and doc.strip(), f"vivarium.{name} has no docstring"
+
+
+# -- no import circle at any level -----------------------------------------------------------------
+def _modules(package: Path) -> dict[str, Path]:
+    """Every module of ``package`` by dotted name (a package by its own name)."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, int]:
+    """The modules ``name`` imports (first line of each), however it imports them.
+
+    At module level, in a function (a lazy import), under ``TYPE_CHECKING``, through
+    ``importlib.import_module("vivarium...")``, and through a package's table of lazy names
+    (``_LAZY``/``_MODULES`` in its ``__init__``). ``from a.b import c`` names ``a.b.c`` when that
+    is a module, else ``a.b``. A module's implicit import of its parent packages is left out.
+    """
+    import ast
+
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def known(dotted: str) -> str | None:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    targets: list[tuple[str, int]] = []
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                targets.append((full if full in modules else base, node.lineno))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            targets.append((node.args[0].value, node.lineno))
+    if path.name == "__init__.py":  # the lazy tables: names -> the modules that define them
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id in ("_LAZY", "_MODULES") for t in node.targets
+            ):
+                for text in ast.walk(node.value):
+                    if isinstance(text, ast.Constant) and isinstance(text.value, str):
+                        value = text.value
+                        dotted = value if value.startswith("vivarium.") else f"{name}.{value}"
+                        if dotted in modules:
+                            targets.append((dotted, node.lineno))
+    edges: dict[str, int] = {}
+    for target, line in targets:
+        module = known(target) if target.startswith("vivarium") else None
+        if module is not None and module != name:
+            edges.setdefault(module, line)
+    return edges
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_import_graph_finds_a_lazy_circle(tmp_path: Path) -> None:
+    """The check below sees a circle closed by a function-level or TYPE_CHECKING import."""
+    pkg = tmp_path / "vivarium"
+    (pkg / "engine").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('_LAZY = {"Thing": "vivarium.engine.b"}\n')
+    (pkg / "engine" / "__init__.py").write_text("")
+    (pkg / "engine" / "a.py").write_text("from vivarium.engine.b import f\n")
+    (pkg / "engine" / "b.py").write_text("def f():\n    from vivarium.engine import a\n")
+    (pkg / "engine" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import D\n"
+    )
+    (pkg / "engine" / "d.py").write_text(
+        "import importlib\nimportlib.import_module('vivarium.engine.c')\n"
+    )
+    modules = _modules(pkg)
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert graph["vivarium"] == {"vivarium.engine.b": 1}
+    assert _cycles(graph) == [
+        ["vivarium.engine.a", "vivarium.engine.b"],
+        ["vivarium.engine.c", "vivarium.engine.d"],
+    ]
+
+
+def test_no_import_circle_at_any_level() -> None:
+    """No module of ``vivarium`` imports itself back, lazily or not (``acyclic_siblings`` sees
+    circles between packages only, and no function-level or ``TYPE_CHECKING`` import)."""
+    modules = _modules(ROOT / "vivarium")
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert "vivarium.engine.lean" in graph["vivarium.engine.engine"]  # the graph is read
+    circles = [
+        " -> ".join(f"{a} (l.{graph[a][b]})" for a, b in zip(c, [*c[1:], c[0]], strict=True))
+        for c in _cycles(graph)
+    ]
+    assert circles == [], "\n".join(circles)

@@ -42,7 +42,7 @@ def test_ecology_resume_equals_uninterrupted(tmp_path: Path) -> None:
     import sqlite3
 
     from vivarium import Experiment, TraceDb
-    from vivarium.runner import resume_run
+    from vivarium.experiment.runner import resume_run
 
     exp = Experiment.from_file(ROOT / "data/experiments/ecology.yaml", steps=12, checkpoint_every=3)
     full, part = tmp_path / "full.sqlite", tmp_path / "part.sqlite"

@@ -79,7 +79,7 @@ def test_max_concurrency_needs_no_llm_section(db: Path) -> None:
     """The run's concurrency is an engine setting: an async policy of the user's own, with no
     ``llm`` section, is bounded by it, and the run id does not change with it."""
     from vivarium import Experiment
-    from vivarium.build import POLICIES, register_policy
+    from vivarium.experiment.build import POLICIES, register_policy
 
     finished: list[str] = []
     flight, peak = [0], [0]
@@ -181,7 +181,7 @@ def test_a_resumed_run_goes_on_at_its_own_max_concurrency(db: Path) -> None:
     import sqlite3
 
     from vivarium import Experiment, Run
-    from vivarium.build import POLICIES, register_policy
+    from vivarium.experiment.build import POLICIES, register_policy
 
     class Probe:
         """What the test watches: it only observes the run, so it counts by its type alone

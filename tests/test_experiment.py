@@ -11,7 +11,7 @@ import pytest
 
 import vivarium
 from vivarium import ConfigError, Experiment, Run
-from vivarium.config import ExperimentConfig, load_config
+from vivarium.experiment.config import ExperimentConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """What a run is: its identity covers the user code it runs and every value that code reads.
 
-The property (``vivarium.identity``): two runs get the same run id only if nothing they read
+The property (``vivarium.experiment.digest``): two runs get the same run id only if nothing they read
 differs, wherever the value lives (a module global, a closure, a class attribute, an object's
 attribute, a reporter's global, a registered factory's global), and a sweep hands back a stored
 run only when the whole identity matches. The expected equality is computed here by a strict
@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from tests.support.public_goods import notebook
 from vivarium import Experiment
-from vivarium.build import POLICIES, register_policy
 from vivarium.errors import IdentityWarning
+from vivarium.experiment.build import POLICIES, register_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,8 +219,8 @@ def test_a_value_that_cannot_be_digested_is_said_once_and_never_reused(tmp_path:
 
 
 def test_library_values_count_by_value_and_process_bound_ones_by_type() -> None:
+    from vivarium.experiment.digest import digest_code
     from vivarium.gateways.stack import GatewaySettings, build_gateway
-    from vivarium.identity import digest_code
 
     cell = _notebook()
     cell["G"] = build_gateway(GatewaySettings(mock=True), seed=1)  # a process-bound stack
@@ -235,7 +235,7 @@ def test_library_values_count_by_value_and_process_bound_ones_by_type() -> None:
 
 def test_user_code_held_by_a_library_object_counts_by_its_code() -> None:
     """An action registry (a library object) holds the user's handler: its code and reads count."""
-    from vivarium.identity import digest_code
+    from vivarium.experiment.digest import digest_code
 
     cell: dict[str, Any] = {"__name__": "__main__"}
     exec(

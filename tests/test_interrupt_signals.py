@@ -24,6 +24,9 @@ from vivarium.engine.interrupts import interrupts_deferred
 from vivarium.trace.db import TraceDb
 from vivarium.types import ActionRequest
 
+# Every test here sends SIGINT to this process: it must raise, however the suite was started.
+pytestmark = pytest.mark.usefixtures("ctrl_c")
+
 
 class SignalAt:
     """Posts each step (the signals come from the engine, see ``_signals``).

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from vivarium.gateways.base import GatewayBase, LLMRequest, LLMResponse, ToolCall
+from tests.support.scripted import ScriptedGateway, posting
 from vivarium.metarl import (
     DEFAULT_WORDS,
     QUESTIONS,
@@ -280,21 +280,9 @@ def test_adapter_in_the_channel_world() -> None:
 
 
 # -- a Vivarium policy as a MetaRLGym agent ----------------------------------------------------
-class ScriptedGateway(GatewayBase):
-    def __init__(self, *contents: str) -> None:
-        self.contents = list(contents)
-        self.requests: list[LLMRequest] = []
-
-    def complete(self, request: LLMRequest) -> LLMResponse:
-        self.requests.append(request)
-        content = self.contents[min(len(self.requests), len(self.contents)) - 1]
-        call = ToolCall(name="post_message", arguments={"content": content})
-        return LLMResponse(tool_calls=[call], finish_reason="tool_calls")
-
-
 @pytest.mark.parametrize("cls", [SimpleCognitivePolicy, CognitiveAgentPolicy])
 def test_policy_agent_plays_with_a_cognitive_policy(cls: type) -> None:
-    gateway = ScriptedGateway("Is it an animal?", "guess: dog")
+    gateway = ScriptedGateway(posting("Is it an animal?"), posting("guess: dog"))
     agent = PolicyAgent(cls(gateway, model="m", force_tool=True))
     result = run_episode(TwentyQuestionsEnv(0, words=["dog"]), agent)
     assert result.won and result.turns == 2

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vivarium import Experiment
-from vivarium.config import ExperimentConfig
 from vivarium.errors import OverrideWarning
+from vivarium.experiment.config import ExperimentConfig
 from vivarium.sweep.plan import plan_sweep
 
 _BASE_LLM = st.fixed_dictionaries(

@@ -14,8 +14,8 @@ import pytest
 from tests.support.own_objects_models import Adder, Tally, make_tally
 from vivarium import Experiment
 from vivarium.errors import ConfigError
-from vivarium.experiment import Run
-from vivarium.objects import OBJECTS, display_name
+from vivarium.experiment.objects import OBJECTS, display_name
+from vivarium.facade import Run
 
 
 def totals(run: Run) -> list[int]:

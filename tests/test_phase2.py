@@ -58,9 +58,9 @@ def test_phase2_mock_is_byte_identical_across_processes(tmp_path: Path) -> None:
 
 
 def test_mock_latencies_in_reverse_still_commit_in_agent_order(tmp_path: Path) -> None:
-    from vivarium.build import build_agents
-    from vivarium.config import ExperimentConfig
     from vivarium.engine.engine import WorldEngine, WorldEngineConfig
+    from vivarium.experiment.build import build_agents
+    from vivarium.experiment.config import ExperimentConfig
     from vivarium.gateways.mock import MockLLMGateway
     from vivarium.trace.db import TraceDb
     from vivarium.worlds import InMemoryChannel

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from vivarium import Experiment, Run
-from vivarium.build import POLICIES, register_policy
 from vivarium.errors import ConfigError
+from vivarium.experiment.build import POLICIES, register_policy
 from vivarium.types import ActionRequest
 
 WORD = "PIRATE"  # read by Styled.decide: a global the factory's code reaches
@@ -123,7 +123,7 @@ def _register_cell(word: str) -> None:
     """``styled_cell`` registered from a notebook cell (``__main__``: sent to workers by value)."""
     cell = {"__name__": "__main__"}
     code = f"""
-        from vivarium.build import register_policy
+        from vivarium.experiment.build import register_policy
         from vivarium.types import ActionRequest
         WORD = {word!r}
         class Styled:
@@ -168,7 +168,7 @@ def test_a_script_factory_in_main_keeps_its_id_from_process_to_process(tmp_path:
             """
             import sys
             from vivarium import Experiment
-            from vivarium.build import register_policy
+            from vivarium.experiment.build import register_policy
             from vivarium.policies.random import RandomAgentPolicy
             WORD = sys.argv[1]
             class P(RandomAgentPolicy):
@@ -194,7 +194,7 @@ def test_a_script_factory_in_main_keeps_its_id_from_process_to_process(tmp_path:
 _GATEWAY_SCRIPT = """
 import sys
 from vivarium import Experiment, Run
-from vivarium.build import register_policy
+from vivarium.experiment.build import register_policy
 from vivarium.gateways.stack import GatewaySettings, build_gateway
 from vivarium.types import ActionRequest
 
@@ -267,9 +267,9 @@ def test_a_run_stopped_with_a_cached_gateway_resumes_in_a_new_process(tmp_path: 
 def test_objects_that_hold_a_process_are_named_by_type_and_value_objects_by_value(
     tmp_path: Path,
 ) -> None:
+    from vivarium.experiment.digest import fingerprint
     from vivarium.gateways.cache import Cassette
     from vivarium.gateways.stack import GatewaySettings
-    from vivarium.identity import fingerprint
 
     cassette = Cassette(tmp_path / "c.cassette")
     assert fingerprint(cassette) == "<vivarium.gateways.cache.Cassette>"

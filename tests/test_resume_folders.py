@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ROOT
 from vivarium import Experiment, TraceDb
 from vivarium.errors import ConfigError
-from vivarium.runner import resume_run
+from vivarium.experiment.runner import resume_run
 
 
 def project(tmp_path: Path) -> Path:

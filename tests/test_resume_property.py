@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 
 from vivarium import Experiment
 from vivarium.errors import ResumedWarning, RunHealthWarning, RunInterrupted
+from vivarium.experiment.runner import build_engine, resume_run, run_experiment
 from vivarium.gateways.base import LLMUnavailable
-from vivarium.runner import build_engine, resume_run, run_experiment
 from vivarium.seeding import canonical_json, derive_seed
 from vivarium.trace.db import TraceDb
 from vivarium.trace.records import encode_column

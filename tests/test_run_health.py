@@ -12,7 +12,7 @@ import pytest
 from tests.support.fake_openai import FakeOpenAIServer
 from vivarium import Experiment, Run
 from vivarium.errors import RunHealthWarning, RunInterrupted
-from vivarium.runner import health_warning
+from vivarium.experiment.runner import health_warning
 from vivarium.trace.health import RunHealth
 
 

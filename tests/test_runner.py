@@ -1,4 +1,4 @@
-"""Running one config into a trace (``vivarium.runner``), below the sweep, panel and facade."""
+"""Running one config into a trace (``vivarium.experiment.runner``), below the sweep, panel and facade."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from vivarium import Experiment, Run
-from vivarium.runner import progress_enabled, resume_run, run_experiment
+from vivarium.experiment.runner import progress_enabled, resume_run, run_experiment
 from vivarium.trace.run import TraceRun
 
-HIGHER = ("vivarium.sweep", "vivarium.widgets", "vivarium.experiment")
+HIGHER = ("vivarium.sweep", "vivarium.widgets", "vivarium.facade")
 
 
 def _loaded_after(module: str) -> set[str]:
@@ -26,16 +26,16 @@ def _loaded_after(module: str) -> set[str]:
 
 
 def test_the_runner_imports_nothing_above_it() -> None:
-    loaded = _loaded_after("vivarium.runner")
-    assert "vivarium.runner" in loaded
+    loaded = _loaded_after("vivarium.experiment.runner")
+    assert "vivarium.experiment.runner" in loaded
     above = sorted(m for m in loaded if m.startswith(HIGHER))
-    assert not above, f"vivarium.runner imports {above}"
+    assert not above, f"vivarium.experiment.runner imports {above}"
 
 
 def test_the_panel_does_not_import_the_experiment_facade() -> None:
     loaded = _loaded_after("vivarium.widgets")
     assert "vivarium.widgets" in loaded
-    assert not any(m.startswith("vivarium.experiment") for m in loaded)
+    assert not any(m.startswith("vivarium.facade") for m in loaded)
 
 
 def test_a_config_runs_into_a_trace_read_back_as_the_callers_run(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def sha_seed(label: str) -> int:
 
 def mixed_config(steps: int = 3) -> Any:
     from tests.conftest import ROOT
-    from vivarium.config import ExperimentConfig
+    from vivarium.experiment.config import ExperimentConfig
 
     return ExperimentConfig(
         name="mixed",
@@ -80,7 +80,7 @@ def mixed_config(steps: int = 3) -> Any:
 
 
 def test_the_plan_carries_seeds_derived_from_the_published_algorithm() -> None:
-    from vivarium.plan import agent_plan
+    from vivarium.experiment.plan import agent_plan
 
     plan = agent_plan(mixed_config())
     assert [p.agent_id for p in plan] == ["agent_002", "agent_003", "alpha_2", "llm_000", "llm_001"]
@@ -94,8 +94,8 @@ def test_the_plan_carries_seeds_derived_from_the_published_algorithm() -> None:
 def test_every_agent_records_the_seed_its_policy_runs_on(tmp_path: Path) -> None:
     import sqlite3
 
+    from vivarium.experiment.runner import build_engine
     from vivarium.gateways.mock import MockLLMGateway
-    from vivarium.runner import build_engine
     from vivarium.trace.db import TraceDb
 
     sent: list[Any] = []
@@ -136,15 +136,19 @@ def test_every_agent_records_the_seed_its_policy_runs_on(tmp_path: Path) -> None
 
 
 def test_config_validation_does_not_import_the_builders() -> None:
+    """Unknown names validate (they are checked when a run is built), and validating a config
+    loads no world, policy, workflow, gateway or engine."""
     import subprocess
     import sys
 
     code = (
         "import sys\n"
-        "import vivarium.config\n"
-        "from vivarium.config import ExperimentConfig\n"
+        "import vivarium.experiment.config\n"
+        "from vivarium.experiment.config import ExperimentConfig\n"
         "ExperimentConfig(world='mars', policy='genius', agents=[{'policy': 'nobody'}])\n"
-        "assert 'vivarium.build' not in sys.modules, 'config imported vivarium.build'\n"
+        "loaded = [m for m in sys.modules if m.startswith(('vivarium.worlds', 'vivarium.policies',"
+        " 'vivarium.workflow', 'vivarium.gateways', 'vivarium.engine'))]\n"
+        "assert not loaded, f'config validation imported {loaded}'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -154,7 +158,7 @@ def test_a_registered_policy_takes_its_seed_from_the_plan(tmp_path: Path) -> Non
     import sqlite3
 
     from vivarium import Experiment
-    from vivarium.build import POLICIES, policy_factory, register_policy
+    from vivarium.experiment.build import POLICIES, policy_factory, register_policy
 
     def factory(config: Any, agent: Any, shared: dict[str, Any]) -> Any:
         policy = policy_factory("random")(config, agent, shared)

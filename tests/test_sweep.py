@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from vivarium import Experiment
-from vivarium.build import register_world
-from vivarium.config import MAX_SEED
 from vivarium.errors import ConfigError, SweepFailed, SweepWarning, VivariumError
+from vivarium.experiment.build import register_world
+from vivarium.experiment.config import MAX_SEED
 from vivarium.gateways.cache import Cassette
 from vivarium.seeding import derive_seed
 from vivarium.sweep import (
@@ -493,7 +493,7 @@ USER_SCRIPT = """
 import sys
 print("SCRIPT STARTED", flush=True)
 from vivarium import Experiment
-from vivarium.build import register_policy, register_world
+from vivarium.experiment.build import register_policy, register_world
 from vivarium.types import ActionRequest
 from vivarium.worlds.channel import InMemoryChannel
 
@@ -555,13 +555,13 @@ def test_a_class_defined_in_a_notebook_cell_runs_in_local_and_inline_sweeps(
     tmp_path: Path,
 ) -> None:
     # A notebook cell's classes live in a module named __main__: define one there.
-    from vivarium.build import POLICIES
+    from vivarium.experiment.build import POLICIES
 
     cell = {"__name__": "__main__"}
     exec(
         textwrap.dedent(
             """
-            from vivarium.build import register_policy
+            from vivarium.experiment.build import register_policy
             from vivarium.types import ActionRequest
 
             class Echo:

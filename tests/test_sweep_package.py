@@ -22,7 +22,7 @@ def test_sweep_imports_neither_the_experiment_nor_the_widgets() -> None:
     # The sweep sits below the experiment facade and the widgets: they use it, not the reverse.
     loaded = _modules_after("import vivarium.sweep")
     assert "vivarium.sweep" in loaded
-    assert "vivarium.experiment" not in loaded
+    assert "vivarium.facade" not in loaded
     assert "vivarium.widgets" not in loaded
 
 
@@ -33,7 +33,7 @@ def test_the_worker_entry_point_imports_only_the_sweep() -> None:
 
     assert "vivarium.sweep.worker import worker_main" in WORKER_CODE
     loaded = _modules_after("from vivarium.sweep.worker import worker_main")
-    assert "vivarium.experiment" not in loaded
+    assert "vivarium.facade" not in loaded
     assert "vivarium.widgets" not in loaded
 
 
@@ -59,9 +59,13 @@ def test_public_names_stay_importable_from_the_package() -> None:
 
 def test_a_resumed_sweep_run_goes_on_at_the_pace_it_ran() -> None:
     """The settings a sweep hands a resume are the ones the run recorded: the run's own
-    ``max_concurrency`` (4) wins over ``llm.max_concurrency`` (8), as it did when it ran."""
+    ``max_concurrency`` (4) wins over ``llm.max_concurrency`` (8), as it did when it ran.
+    The worker hands them as every resume does (``runner.transport_settings``)."""
+    import vivarium.sweep.worker as worker
     from vivarium import Experiment
-    from vivarium.sweep.worker import _llm_transport
+    from vivarium.experiment.runner import transport_settings as _llm_transport
+
+    assert worker.transport_settings is _llm_transport
 
     both = Experiment(max_concurrency=4, llm={"mock": True, "max_concurrency": 8}).config
     assert _llm_transport(both)["max_concurrency"] == 4

@@ -77,7 +77,7 @@ def test_a_failing_run_on_ray_is_recorded(ray_local: None, tmp_path: Path) -> No
 def test_a_class_defined_in_a_notebook_cell_runs_on_ray(ray_local: None, tmp_path: Path) -> None:
     # A notebook cell's classes live in a module named __main__, which Ray's workers never
     # import: the world and policy must travel by value.
-    from vivarium.build import POLICIES, WORLDS
+    from vivarium.experiment.build import POLICIES, WORLDS
 
     cell = {"__name__": "__main__"}
     exec(CELL, cell)
@@ -96,7 +96,7 @@ def test_a_class_defined_in_a_notebook_cell_runs_on_ray(ray_local: None, tmp_pat
 
 
 CELL = """
-from vivarium.build import register_policy, register_world
+from vivarium.experiment.build import register_policy, register_world
 from vivarium.types import ActionRequest
 from vivarium.worlds.channel import InMemoryChannel
 

@@ -18,7 +18,7 @@ import pytest
 from vivarium import Experiment
 from vivarium.analysis.trajectories import episodes, to_trajectories
 from vivarium.errors import ConfigError, MissingDependency, TraceError
-from vivarium.experiment import Run
+from vivarium.facade import Run
 from vivarium.metarl import TwentyQuestionsEnv
 from vivarium.metarl.world import GAME_OVER, GameWorld
 from vivarium.seeding import derive_seed

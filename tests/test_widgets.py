@@ -191,7 +191,7 @@ def test_several_servers_show_as_a_comma_list_and_come_back_as_a_list(tmp_path: 
 
 
 def test_an_unhealthy_run_is_shown_in_red(tmp_path: Path) -> None:
-    from vivarium.build import POLICIES, register_policy
+    from vivarium.experiment.build import POLICIES, register_policy
 
     class Exploding:
         def decide(self, **_: object) -> None:
@@ -256,7 +256,7 @@ class _WalkingWealth(BoltzmannWorld):
 
 
 def test_a_grid_world_is_drawn_live_every_k_steps(tmp_path: Path) -> None:
-    from vivarium.build import WORLDS, register_world
+    from vivarium.experiment.build import WORLDS, register_world
 
     register_world(
         "panel_walkers", lambda config, plan, shared: _WalkingWealth([p.agent_id for p in plan])
@@ -328,7 +328,7 @@ class _Misplaced(BoltzmannWorld):
 
 
 def test_a_world_view_that_fails_does_not_stop_the_run(tmp_path: Path) -> None:
-    from vivarium.build import WORLDS, register_world
+    from vivarium.experiment.build import WORLDS, register_world
 
     register_world(
         "panel_misplaced", lambda config, plan, shared: _Misplaced([p.agent_id for p in plan])

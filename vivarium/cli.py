@@ -24,6 +24,7 @@ from vivarium.errors import (
     VivariumError,
     one_line,
 )
+from vivarium.settings import DEFAULT_AGENTS, DEFAULT_SEED, DEFAULT_STEPS
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 3  # as `vvm validate` says of an incomplete trace: resumable
@@ -65,7 +66,10 @@ def _add_run_flags(
     p.add_argument("--steps", type=_positive("--steps", 0), default=steps, help="steps to run")
     p.add_argument("--agents", type=_positive("--agents"), default=agents, help="number of agents")
     p.add_argument(
-        "--seed", type=_positive("--seed", 0), default=None, help="master seed (default: 42)"
+        "--seed",
+        type=_positive("--seed", 0),
+        default=None,
+        help=f"master seed (default: {DEFAULT_SEED})",
     )
     if db:
         p.add_argument(
@@ -234,7 +238,7 @@ def _summarise(run: Any, seconds: float) -> None:
 
 
 def _cmd_phase1(args: argparse.Namespace) -> int:
-    from vivarium.experiment import Experiment
+    from vivarium.facade import Experiment
 
     exp = Experiment(name="phase1", world="channel", policy="random", **_overrides(args))
     if getattr(args, "implicit", False):
@@ -252,7 +256,7 @@ def _cmd_phase1(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from vivarium.experiment import Experiment
+    from vivarium.facade import Experiment
 
     fields = _overrides(args)
     if args.max_concurrency is not None:
@@ -268,6 +272,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise
     if args.on_llm_error is not None and exp.config.llm is not None:
         exp.config.llm.on_llm_error = args.on_llm_error  # not part of the run's identity
+    _key_from_environment(exp.config)
     if args.api_base is not None:
         _set_api_base(exp, args.api_base, args.config)
     _check_export_dir(args)
@@ -288,7 +293,7 @@ def _set_api_base(exp: Any, value: str, path: Path) -> None:
     """
     from pydantic import ValidationError
 
-    from vivarium.config import describe_errors
+    from vivarium.experiment.config import describe_errors
 
     if exp.config.llm is None:
         raise ConfigError(f"--api-base: {path} has no llm section (no LLM agents to send)")
@@ -297,7 +302,7 @@ def _set_api_base(exp: Any, value: str, path: Path) -> None:
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc, "--api-base")) from None
     if exp.config.llm.uses_mock:  # the mock calls no server: say so, never ignore it silently
-        from vivarium.config import unused_server_note
+        from vivarium.experiment.overrides import unused_server_note
 
         warnings.warn(unused_server_note(exp.config.llm.api_bases), OverrideWarning, stacklevel=2)
 
@@ -308,8 +313,8 @@ def _refer_sectioned(path: Path) -> None:
     Raises:
         ConfigError: The file is aam's sectioned config (run / scheduler / policy).
     """
-    from vivarium.config import load_config_data
-    from vivarium.config_sections import is_sectioned
+    from vivarium.experiment.config import load_config_data
+    from vivarium.experiment.sections import is_sectioned
 
     try:
         data = load_config_data(path)
@@ -325,20 +330,17 @@ def _refer_sectioned(path: Path) -> None:
 def _cmd_experiment(args: argparse.Namespace) -> int:
     """Run aam's sectioned JSON config (``vvm experiment --config X.json``), translated.
 
-    See ``vivarium.config_sections`` for what each section and key becomes.
+    See ``vivarium.experiment.sections`` for what each section and key becomes.
     """
-    from vivarium.config_sections import load_sectioned_config
-    from vivarium.experiment import Experiment
+    from vivarium.experiment.sections import load_sectioned_config
+    from vivarium.facade import Experiment
 
     items = list(args.override or [])
     if args.run_id is not None:
         items.append(f"run.run_id={json.dumps(args.run_id)}")
     aam = load_sectioned_config(args.config, items)
     config = aam.config
-    if config.llm is not None and config.llm.api_key is None:
-        env_key = os.environ.get("VIVARIUM_API_KEY")
-        if env_key:
-            config.llm.api_key = env_key  # type: ignore[assignment]  # validated into a secret
+    _key_from_environment(config)
     if args.runs_dir is not None:
         _check_folder("--runs-dir", args.runs_dir)
     elif args.db is None:
@@ -351,7 +353,7 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         f"{args.config}: aam experiment config -> policy={config.policy}, "
         f"agents={config.agent_count}, steps={config.steps}, seed={config.seed}, "
         f"scheduling={config.scheduling} (barrier), order={config.order}, "
-        f"max_concurrency={config.max_concurrency}{answers}"
+        f"max_concurrency={config.decisions_in_flight}{answers}"
     )
     exp = Experiment(config)
     start = time.perf_counter()
@@ -397,15 +399,30 @@ def _llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
         llm["force_tool"] = True if args.force_tool == "auto" else args.force_tool
     if getattr(args, "no_graph", False):
         llm["graph"] = False
-    if "api_key" not in llm:
-        env_key = os.environ.get("VIVARIUM_API_KEY")
-        if env_key:
-            llm["api_key"] = env_key
+    if "api_key" not in llm and (env_key := _environment_key()) is not None:
+        llm["api_key"] = env_key
     return llm
 
 
+def _environment_key() -> str | None:
+    """``VIVARIUM_API_KEY``: the API key of every command that is given none (None: unset)."""
+    return os.environ.get("VIVARIUM_API_KEY") or None
+
+
+def _key_from_environment(config: Any) -> None:
+    """Give ``config``'s LLM agents the key ``VIVARIUM_API_KEY`` holds, when it names none.
+
+    The key a flag gives (``--api-key``), else the config's own, else this variable, else the
+    provider's own variable (read by the provider): the same order for every command.
+    """
+    if config.llm is not None and config.llm.api_key is None:
+        env_key = _environment_key()
+        if env_key is not None:
+            config.llm.api_key = env_key  # validated into a secret
+
+
 def _cmd_phase2(args: argparse.Namespace) -> int:
-    from vivarium.experiment import Experiment
+    from vivarium.facade import Experiment
 
     llm = _llm_overrides(args)
     if not llm.get("mock") and "model" not in llm:
@@ -417,12 +434,15 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
         )
     if not llm.get("mock") and llm.get("model", "mock") == "mock":
         llm["mock"] = True  # no model named: the deterministic mock answers
+    from vivarium.experiment.sections import capped_concurrency
+
     fields = _overrides(args)
     fields.setdefault("scheduling", "simultaneous")  # LLM calls of one step run concurrently
-    in_flight = _rate_limit(args, llm)
-    if in_flight is not None:
-        given = llm.get("max_concurrency")
-        fields["max_concurrency"] = in_flight if given is None else min(in_flight, given)
+    # --max-concurrency is the run's own max_concurrency (not its older place in llm), capped
+    # by aam's --rate-limit-max-concurrent as aam's sectioned config is.
+    pace = capped_concurrency(llm.pop("max_concurrency", None), _rate_limit(args, llm))
+    if pace is not None:
+        fields["max_concurrency"] = pace
     exp = Experiment(name="phase2", world="channel", policy="cognitive", llm=llm, **fields)
     _check_export_dir(args)
     start = time.perf_counter()
@@ -478,7 +498,7 @@ def _warn_health(run: Any) -> None:
     It is the warning ``Experiment.run()`` gives in a notebook (every LLM call failed,
     fallbacks, ...), in the same words.
     """
-    from vivarium.runner import health_warning
+    from vivarium.experiment.runner import health_warning
 
     text = health_warning(run)
     if text is not None:
@@ -486,7 +506,7 @@ def _warn_health(run: Any) -> None:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from vivarium.experiment import Run
+    from vivarium.facade import Run
     from vivarium.trace.resume import is_complete
 
     done = Run.open(args.db)
@@ -569,7 +589,7 @@ def _interrupted_line(exc: RunInterrupted) -> str:
     """The run, the reason, what is kept, and the command that goes on, in one line."""
     if exc.run_id is None or exc.path is None:
         return str(exc)
-    from vivarium.runner import kept_steps, when_to_resume
+    from vivarium.experiment.runner import kept_steps, when_to_resume
 
     kept = kept_steps(exc.step, exc.path)
     then = f"{when_to_resume(exc.reason)}: vvm resume {exc.path}"
@@ -587,11 +607,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     p1 = sub.add_parser("phase1", help="random agents in the channel world, traced to SQLite")
-    _add_run_flags(p1, steps=100, agents=5)
+    _add_run_flags(p1, steps=DEFAULT_STEPS, agents=DEFAULT_AGENTS)
     p1.set_defaults(func=_cmd_phase1)
 
     p2 = sub.add_parser("phase2", help="LLM agents in the channel world (mock or a real model)")
-    _add_run_flags(p2, steps=10, agents=2)
+    _add_run_flags(p2, steps=10, agents=2)  # aam's ``vvm phase2`` defaults, as aam runs it
     llm = p2.add_argument_group("LLM")
     llm.add_argument("--model", default=None, help="litellm model name, e.g. openai/smollm2")
     llm.add_argument("--mock-llm", action="store_true", help="answer with the deterministic mock")

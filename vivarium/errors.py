@@ -3,78 +3,95 @@
 Every error a user can fix is a ``VivariumError``; its message is one line (line breaks and
 control characters escaped), so the CLI prints it as ``vvm CMD: error: ...`` and a notebook shows
 it whole. The general errors live here; errors that belong to one subsystem's interface live
-with it and are listed below with their module. Two families are outside ``VivariumError`` on
-purpose: an ``ActionError`` is an action the world refused, recorded as the action's outcome,
-never raised to the user; and the warnings are results that are not clean, not errors.
+with it and are listed below with their module. Outside ``VivariumError`` on purpose: an
+``ActionError`` is an action the world refused, recorded as the action's outcome, never raised
+to the user; ``WireError`` and ``StepFailed`` are signals inside the direct transport and a
+workflow decision, which never leave them; ``Interrupted`` is a ``KeyboardInterrupt``, so that
+code that stops on Ctrl-C stops on SIGTERM too; and the warnings are results that are not clean,
+not errors.
 
-The tree (``module:`` where a class is not defined here)::
+The tree: every exception and warning class Vivarium defines, under the base it is drawn
+from, with its other bases in parentheses and its module where it is not this one
+(``tests/test_errors.py`` checks the tree against the code, both ways)::
 
     Exception
-    ├── VivariumError                      a problem the user can fix, as one line
-    │   ├── ConfigError (ValueError)       a config, flag or argument is invalid
-    │   │   ├── UnsafeExpression           sandbox: text uses a construct not allowed
-    │   │   │                              (vivarium.sandbox.limits)
-    │   │   ├── ReporterError              a reporter raised or returned what cannot be
-    │   │   │                              recorded (vivarium.engine.reporters)
-    │   │   └── UnrecordableValue          a decision's arguments, metadata or result hold a
-    │   │                                  value the trace cannot record as it is
-    │   │                                  (vivarium.trace.values)
-    │   ├── EvaluationError (ValueError)   sandbox: allowed text failed while running
-    │   │                                  (vivarium.sandbox.limits)
-    │   ├── TransitionError (ValueError)   a state change the workflow does not allow
-    │   │                                  (vivarium.workflow.state_machine)
-    │   ├── MissingDependency (ImportError) an optional package is not installed; names the
-    │   │                                  extra to install (see vivarium.optional)
-    │   ├── TraceError                     a trace file is missing, foreign, newer or damaged
-    │   ├── RunStoppingError               raised inside a decision, stops the run instead of
-    │   │   │                              becoming the agent's recorded fallback
-    │   │   ├── LLMUnavailable             the LLM failed after every retry (also an
-    │   │   │                              LLMCallError; vivarium.gateways.base)
-    │   │   ├── CacheMissError             replay found no recorded reply (also an
-    │   │   │                              LLMCallError; vivarium.gateways.cache)
-    │   │   ├── CassetteMixError           a run would store one provider's replies in a
-    │   │   │                              cassette of another's (also a CassetteError;
-    │   │   │                              vivarium.gateways.cache)
-    │   │   ├── CallDiverged               a resume re-executed a committed step and asked
-    │   │   │                              what the trace never recorded
-    │   │   │                              (vivarium.gateways.recorded)
-    │   │   ├── AgentTimeoutMismatch       a recorded timeout the replay cannot repeat (also
-    │   │   │                              an LLMCallError; vivarium.gateways.cache)
-    │   │   └── ReplayedAgentTimeout       a recorded agent timeout, replayed (also a
-    │   │                                  TimeoutError; vivarium.gateways.cache)
-    │   ├── LLMCallError                   a failed LLM call, with its kind and status
-    │   │   │                              (vivarium.gateways.base)
-    │   │   ├── CassetteError              a cassette cannot be read or written
-    │   │   │                              (vivarium.gateways.cache)
-    │   │   └── AgentTimeoutCall           a call cancelled at the agent timeout, as stored
-    │   │                                  (vivarium.gateways.cache)
-    │   ├── RunInterrupted                 a run stopped by its infrastructure; resumable
-    │   ├── ResumeDiverged                 a resume re-executed a committed step to another
-    │   │                                  state: the run is not reproducible; nothing changed
-    │   ├── RunAborted                     a decision failed in a way that stops the run
-    │   │                                  (vivarium.engine.deciding)
-    │   ├── EventCapReached                an autonomous run hit its event cap
-    │   │                                  (vivarium.engine.autonomous)
-    │   └── SweepFailed                    every run of a sweep failed
-    ├── ActionError                        an action the world refused; recorded as its
-    │   │                                  outcome (vivarium.worlds.registry)
-    │   └── LedgerError                    a scrip transfer that cannot happen
-    │       │                              (vivarium.worlds.ledger)
-    │       └── InsufficientScrip          the payer has too little scrip
-    ├── WireError                          an HTTP exchange failed; the gateway turns it into
-    │                                      an LLMCallError (vivarium.gateways.openai_http)
-    └── StepFailed                         one attempt of a workflow step failed; never
-                                           leaves the decision (vivarium.workflow.policy)
+    ├── VivariumError                           a problem the user can fix, as one line
+    │   ├── ConfigError (ValueError)            a config, flag or argument is invalid
+    │   │   ├── UnsafeExpression                sandbox: text uses a construct not allowed
+    │   │   │                                   (vivarium.sandbox.limits)
+    │   │   ├── ReporterError                   a reporter raised or returned what cannot be
+    │   │   │                                   recorded (vivarium.engine.reporters)
+    │   │   └── UnrecordableValue               a decision's arguments, metadata or result hold a
+    │   │                                       value the trace cannot record as it is
+    │   │                                       (vivarium.trace.values)
+    │   ├── EvaluationError (ValueError)        sandbox: allowed text failed while running
+    │   │                                       (vivarium.sandbox.limits)
+    │   ├── TransitionError (ValueError)        a state change the workflow does not allow
+    │   │                                       (vivarium.workflow.state_machine)
+    │   ├── MissingDependency (ImportError)     an optional package is not installed; the message
+    │   │                                       names the extra that installs it
+    │   ├── TraceError                          a trace file is missing, foreign, newer or damaged
+    │   ├── RunStoppingError                    raised inside a decision, stops the run instead of
+    │   │   │                                   becoming the agent's recorded fallback
+    │   │   ├── ResumeDiverged                  a resume re-executed a committed step and it went
+    │   │   │                                   otherwise (another state, a call the trace never
+    │   │   │                                   recorded): the run is not reproducible; nothing
+    │   │   │                                   changed
+    │   │   └── ReplayedAgentTimeout (TimeoutError)
+    │   │                                       a recorded agent timeout, replayed: the decision
+    │   │                                       attempt ends as it did (vivarium.gateways.cache)
+    │   ├── LLMCallError                        a failed LLM call, with its kind and status
+    │   │   │                                   (vivarium.gateways.base)
+    │   │   ├── LLMUnavailable (RunStoppingError)
+    │   │   │                                   the LLM failed after every retry: the run stops,
+    │   │   │                                   resumable (vivarium.gateways.base)
+    │   │   ├── CacheMissError (RunStoppingError)
+    │   │   │                                   a replay cannot answer a call as recorded: nothing
+    │   │   │                                   (or another provider's reply) is stored for it, or
+    │   │   │                                   it was cut short by an agent timeout this run does
+    │   │   │                                   not have (vivarium.gateways.cache)
+    │   │   └── CassetteError                   a cassette cannot be read or written
+    │   │       │                               (vivarium.gateways.cache)
+    │   │       └── CassetteMixError (RunStoppingError)
+    │   │                                       a run would store one provider's replies in a
+    │   │                                       cassette of another's (vivarium.gateways.cache)
+    │   ├── RunInterrupted                      a run stopped by its infrastructure; resumable
+    │   ├── RunAborted                          a decision failed in a way that stops the run
+    │   │                                       (vivarium.engine.deciding)
+    │   ├── EventCapReached                     an autonomous run hit its event cap
+    │   │                                       (vivarium.engine.autonomous)
+    │   └── SweepFailed                         every run of a sweep failed
+    ├── ActionError                             an action the world refused; recorded as its
+    │   │                                       outcome, never raised to the user
+    │   │                                       (vivarium.worlds.registry)
+    │   └── LedgerError                         a scrip transfer that cannot happen
+    │       │                                   (vivarium.worlds.ledger)
+    │       └── InsufficientScrip               the payer has too little scrip
+    │                                           (vivarium.worlds.ledger)
+    ├── WireError                               an HTTP exchange failed; the gateway turns it into
+    │                                           an LLMCallError (vivarium.gateways.openai_http)
+    └── StepFailed                              one attempt of a workflow step failed; never leaves
+                                                the decision (vivarium.workflow.policy)
+    KeyboardInterrupt
+    └── Interrupted                             a run stopped by SIGINT or SIGTERM (Ctrl-C, a killed
+                                                job); its trace says interrupted
+                                                (vivarium.engine.interrupts)
     UserWarning
-    ├── RunHealthWarning                   a run finished but is not a clean result
-    ├── TracePathWarning                   a trace went elsewhere than its default path
-    ├── SweepWarning                       some runs of a sweep failed
-    ├── IdentityWarning                    user code reads a value that cannot be digested
-    ├── OverrideWarning                    an override switched the LLM from mock to real or back
-    ├── ResumedWarning                     a run call found its own interrupted trace and
-    │                                      resumed it instead of starting over
-    └── ServerWarning                      a server of a list cannot be used; its calls go
-                                           to the others (vivarium.gateways.servers)
+    ├── RunHealthWarning                        a run finished but is not a clean result
+    ├── TracePathWarning                        a trace went elsewhere than its default path
+    ├── SweepWarning                            some runs of a sweep failed
+    ├── IdentityWarning                         user code reads a value that cannot be digested
+    ├── OverrideWarning                         an override switched the LLM from mock to real or
+    │                                           back
+    ├── ResumedWarning                          a run call found its own interrupted trace and
+    │                                           resumed it instead of starting over
+    └── ServerWarning                           a server of a list cannot be used; its calls go to
+                                                the others (vivarium.gateways.servers)
+
+A name kept for code that uses it: ``vivarium.gateways.recorded.CallDiverged`` is
+``ResumeDiverged``. A failed call replayed from a cassette is raised again as the class it was
+stored with: ``LLMCallError``, or a subclass of it made then with the stored class name (a
+policy's recorded fallback reason names the class, so the replay names it as the recording did).
 
 "Fatal" is a type: code that turns an agent's failure into a recorded fallback lets a
 ``RunStoppingError`` through (``isinstance``), and the engine stops the run on it.
@@ -190,21 +207,23 @@ class RunInterrupted(VivariumError):
         self.path = path
 
 
-class ResumeDiverged(VivariumError):
-    """A resume re-executed a step the run committed and reached another state than recorded.
+class ResumeDiverged(RunStoppingError):
+    """A resume re-executed a step the run committed and it went otherwise than recorded.
 
     A resume rebuilds the run's state by re-executing its committed steps (answering their
     LLM calls from the trace) and checks each step's state hash against the recorded one. A
-    mismatch means the run cannot be reproduced from its inputs (code or data it reads changed,
+    mismatch, or a decision asking the model what the trace never recorded (its prompt
+    changed), means the run cannot be reproduced from its inputs (code or data it reads changed,
     or it draws randomness it does not own), so going on would join two different runs in one
-    trace: the resume is refused and the trace left as it was.
+    trace: the resume is refused and the trace left as it was. Raised inside a decision, it
+    stops the run (a ``RunStoppingError``), never becoming the agent's fallback.
 
     Attributes:
-        step: The step whose re-execution differs.
+        step: The step whose re-execution differs (None: not known where it was raised).
         record: What the re-execution produced (a ``StepRecord``), for saying what differs.
     """
 
-    def __init__(self, message: str, *, step: int, record: object = None) -> None:
+    def __init__(self, message: str, *, step: int | None = None, record: object = None) -> None:
         """Say what differs at ``step``; see the class attributes."""
         super().__init__(message)
         self.step = step
@@ -252,7 +271,7 @@ class SweepWarning(UserWarning):
 class IdentityWarning(UserWarning):
     """User code reads a value Vivarium cannot digest into the run's identity.
 
-    Said once per value and process (see ``vivarium.identity``): a stored run of that code is
+    Said once per value and process (see ``vivarium.experiment.digest``): a stored run of that code is
     never reused, since nothing tells whether the value changed.
     """
 

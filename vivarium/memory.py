@@ -51,6 +51,14 @@ class MemoryStore(Protocol):
         """The (at most) ``k`` stored entries most relevant to ``query``, best first."""
 
 
+@runtime_checkable
+class SearchableMemory(Protocol):
+    """An observation's memory that searches itself (``MemoryView``, or a world's own)."""
+
+    def search(self, query: str, k: int) -> list[Mapping[str, Any]]:
+        """The (at most) ``k`` entries most relevant to ``query``, best first."""
+
+
 class LexicalMemory:
     """BM25 ranking over lowercase word tokens; deterministic, offline, incremental.
 
@@ -334,7 +342,7 @@ def search_memories(
         return []
     if store is not None:
         return [dict(e) for e in store.search(query, k)]
-    if callable(getattr(observed, "search", None)):
+    if isinstance(observed, SearchableMemory):  # declared, checked structurally
         return [dict(e) for e in observed.search(query, k)]
     entries = [
         e for e in observed or () if isinstance(e, Mapping) and "text" in e and "time_step" in e

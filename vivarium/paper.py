@@ -10,6 +10,7 @@ from a cassette stops the run with an error: a figure never silently mixes in a 
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,31 @@ CHANNEL_RUN: dict[str, Any] = {
 }
 
 
+def project_folder() -> Path:
+    """The project's folder (the one holding ``data/``), as a path from the working folder.
+
+    The notebooks name the project's files as ``project_folder() / "data" / ...``: from
+    ``notebooks/`` that is ``../data/...``, as it always was, and a kernel started in another
+    folder (an editor's workspace root, papermill, a script) finds the same files instead of
+    none. It is the nearest folder at or above the working one that holds ``data/experiments``,
+    else the checkout this package runs from (``pip install -e .``).
+
+    Raises:
+        ConfigError: Neither exists (the package installed without the project's checkout).
+    """
+    here = Path.cwd()
+    checkout = Path(__file__).resolve().parent.parent
+    for folder in (here, *here.parents, checkout):
+        if (folder / "data" / "experiments").is_dir():
+            return Path(os.path.relpath(folder, here))
+    raise ConfigError(
+        f"no project folder (one holding data/experiments) at or above {here}, nor at {checkout}"
+        ": start from the project's checkout"
+    )
+
+
 def _runs(data_dir: Path, work: Path) -> dict[str, Any]:
-    from vivarium.experiment import Experiment
+    from vivarium.facade import Experiment
 
     baseline = Experiment(
         name="paper_baseline",

@@ -36,10 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from vivarium.config import ExperimentConfig, llm_switch, make_config, merge_overrides
 from vivarium.errors import OverrideWarning, VivariumError
+from vivarium.experiment.config import ExperimentConfig, make_config
+from vivarium.experiment.overrides import llm_switch, merge_overrides
+from vivarium.experiment.runner import run_experiment
 from vivarium.optional import require
-from vivarium.runner import run_experiment
+from vivarium.settings import DEFAULT_MODEL, DEFAULT_RUNS_DIR
 from vivarium.trace.run import TraceRun
 
 LLM_POLICIES = {"cognitive", "workflow"}
@@ -87,7 +89,7 @@ class ControlPanel:
         self,
         experiment: ConfigSource | ExperimentConfig | None = None,
         *,
-        folder: str | Path = "runs",
+        folder: str | Path = DEFAULT_RUNS_DIR,
         open_run: Callable[[Path], TraceRun] = TraceRun.open,
         world_every: int | None = None,
     ) -> None:
@@ -105,7 +107,7 @@ class ControlPanel:
         """
         w = require("ipywidgets")
 
-        from vivarium.build import known_names
+        from vivarium.experiment.build import known_names
 
         if experiment is None:
             experiment = make_config(ExperimentConfig, {})
@@ -133,12 +135,12 @@ class ControlPanel:
         self._summary_html = ""
         self._running = False
         c = self.base_config
-        llm = c.llm
+        llm = c.llm_in_force  # no llm section: the mock's settings, as a run reads it
         groups = c.agents if isinstance(c.agents, list) else []
         self._folder_groups = [g for g in groups if g.agent]
         self._other_groups = [g for g in groups if not g.agent]
         # The agent key stays out of every widget; None: the config's, or the environment's.
-        self._api_key: Any = llm.api_key if llm else None
+        self._api_key: Any = llm.api_key
         style = {"description_width": "90px"}
         # Groups with agent folders or their own action spaces were written for one world.
         fixed_world = any(g.agent or g.action_space for g in groups)
@@ -179,10 +181,10 @@ class ControlPanel:
             description="scheduling",
             style=style,
         )
-        self.model = w.Text(value=llm.model if llm else "mock", description="model", style=style)
-        self.mock = w.Checkbox(value=llm.uses_mock if llm else True, description="mock LLM")
+        self.model = w.Text(value=llm.model, description="model", style=style)
+        self.mock = w.Checkbox(value=llm.uses_mock, description="mock LLM")
         self.api_base = w.Text(
-            value=", ".join(llm.api_bases) if llm else "",  # several servers: a comma list
+            value=", ".join(llm.api_bases),  # several servers: a comma list (server_urls reads it)
             placeholder="e.g. http://127.0.0.1:8080/v1",
             description="api_base",
             style=style,
@@ -196,7 +198,7 @@ class ControlPanel:
         )
         self.cache_mode = w.Dropdown(
             options=["off", "record", "replay", "auto"],
-            value=(llm.cache_mode if llm and llm.cache else "off"),
+            value=(llm.cache_mode if llm.cache else "off"),
             description="cache",
             style=style,
         )
@@ -359,7 +361,7 @@ class ControlPanel:
         _check_action_space(data.get("action_space"), self.world.value)
         if self._uses_llm():
             llm: dict[str, Any] = {
-                "model": self.model.value or "mock",
+                "model": self.model.value or DEFAULT_MODEL,
                 "mock": bool(self.mock.value),
                 "api_base": self.api_base.value.strip() or None,
                 "api_key": self._api_key,
@@ -523,13 +525,14 @@ class ControlPanel:
 
     def _show_world(self, world: Any, step: int) -> None:
         """Draw ``world`` after ``step`` when it has a grid (else leave the view hidden)."""
-        from vivarium.analysis.world_view import world_positions, world_view
+        from vivarium.analysis.world_view import live_world, world_view
 
-        if world is None or world_positions(world) is None:
+        live = None if world is None else live_world(world)
+        if live is None or live.positions is None:
             return
         if world is not self._live_world:  # a new run: offer its agent reporters
             self._live_world = world
-            names = list(getattr(world, "agent_reporters", None) or {})
+            names = list(live.agent_reporters)
             offered = ["", *(n for n in names if n not in ("x", "y"))]
             before = self.color_by.value
             self.color_by.options = offered
@@ -590,9 +593,9 @@ def _choices(names: list[str]) -> list[str] | list[tuple[str, str]]:
     """A dropdown's options: the names, or (label, name) pairs once an object is among them.
 
     A world or policy given as a Python object is named by a reference
-    (``module.Class@digest``, see ``vivarium.objects``); the panel shows its class's name.
+    (``module.Class@digest``, see ``vivarium.experiment.objects``); the panel shows its class's name.
     """
-    from vivarium.objects import display_name, is_reference
+    from vivarium.experiment.objects import display_name, is_reference
 
     if not any(is_reference(n) for n in names):
         return names

@@ -14,6 +14,7 @@ import pandas as pd
 import polars as pl
 import pytest
 
+from tests.support.hand_made_frames import actions_frame
 from vivarium import Experiment, Run
 from vivarium.analysis import (
     action_counts,
@@ -29,24 +30,6 @@ from vivarium.analysis import (
 )
 
 # -- hand-made traces ---------------------------------------------------------------------------
-
-
-def actions_frame() -> pl.DataFrame:
-    """Run r1: agents a and b over steps 0-2. Run r2: agent a over steps 0-1."""
-    rows = [
-        # run, step, seq, agent, action, success
-        ("r1", 0, 0, "a", "noop", True),
-        ("r1", 0, 1, "b", "emit", True),
-        ("r1", 1, 0, "a", "emit", False),
-        ("r1", 1, 1, "b", "emit", True),
-        ("r1", 2, 0, "a", "noop", True),
-        ("r1", 2, 1, "b", "post", False),
-        ("r2", 0, 0, "a", "post", True),
-        ("r2", 1, 0, "a", "post", True),
-    ]
-    return pl.DataFrame(
-        rows, schema=["run_id", "step", "seq", "agent_id", "action", "success"], orient="row"
-    )
 
 
 def transitions_frame() -> pl.DataFrame:

@@ -18,6 +18,7 @@ from matplotlib.collections import PathCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 
+from tests.support.hand_made_frames import actions_frame  # noqa: E402
 from vivarium import Experiment, Run  # noqa: E402
 from vivarium.analysis import plots, success_ci  # noqa: E402
 from vivarium.analysis.style import (  # noqa: E402
@@ -29,22 +30,6 @@ from vivarium.analysis.style import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def actions_frame() -> pl.DataFrame:
-    rows = [
-        ("r1", 0, 0, "a", "noop", True),
-        ("r1", 0, 1, "b", "emit", True),
-        ("r1", 1, 0, "a", "emit", False),
-        ("r1", 1, 1, "b", "emit", True),
-        ("r1", 2, 0, "a", "noop", True),
-        ("r1", 2, 1, "b", "post", False),
-        ("r2", 0, 0, "a", "post", True),
-        ("r2", 1, 0, "a", "post", True),
-    ]
-    return pl.DataFrame(
-        rows, schema=["run_id", "step", "seq", "agent_id", "action", "success"], orient="row"
-    )
 
 
 def transitions_frame() -> pl.DataFrame:

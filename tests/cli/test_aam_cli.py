@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from vivarium.cli import main
-from vivarium.config_sections import convert_sections, load_sectioned_config
 from vivarium.errors import ConfigError
+from vivarium.experiment.sections import convert_sections, load_sectioned_config
 from vivarium.trace.resume import recorded_llm_settings
 
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from vivarium.config import AutonomousConfig
 from vivarium.engine.autonomous import run_autonomous
+from vivarium.experiment.config import AutonomousConfig
 
 NS = 1_000_000_000
 WINDOW_NS = 60 * NS

@@ -21,6 +21,7 @@ from vivarium.gateways import (
     collect_calls,
 )
 from vivarium.gateways.litellm_gateway import parse_arguments, scrub
+from vivarium.gateways.transports.via_litellm import litellm_kwargs
 
 from .helpers import TOOLS, VOTE, force, messages
 
@@ -265,7 +266,7 @@ def test_api_key_never_leaks(monkeypatch: pytest.MonkeyPatch, transport: str) ->
     # pickling keeps a working key for worker processes, and still hides it
     clone = pickle.loads(pickle.dumps(gw))
     request = LLMRequest(model=MODEL, messages=messages())
-    assert KEY not in repr(clone) and clone.inner._kwargs(request)["api_key"] == KEY
+    assert KEY not in repr(clone) and litellm_kwargs(clone.inner, request)["api_key"] == KEY
 
 
 def test_the_provider_alone_never_retries(transport: str) -> None:

@@ -10,16 +10,18 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.reliability import outage
+from tests.support.experiments import llm_experiment
 from tests.support.fake_openai import FakeOpenAIServer, wait_until
-from vivarium import Experiment, Run
-from vivarium.config import ExperimentConfig, LLMConfig, load_config, make_config
+from vivarium import Run
 from vivarium.errors import ConfigError, RunInterrupted
+from vivarium.experiment.config import ExperimentConfig, LLMConfig, load_config, make_config
 from vivarium.gateways import LiteLLMGateway, LLMCallError, collect_calls
 from vivarium.gateways.openai_http import WireError
 from vivarium.gateways.servers import ServerPool
@@ -29,23 +31,11 @@ STEPS, AGENTS = 12, 3
 MODEL = "openai/fake"
 
 
-def _experiment(api_base: str | list[str], **llm: Any) -> Experiment:
-    return Experiment(
-        name="servers",
-        policy="cognitive",
-        agents=AGENTS,
-        steps=STEPS,
-        seed=7,
-        scheduling="simultaneous",  # three calls in flight at once: one per server
-        llm={
-            "model": MODEL,
-            "api_base": api_base,
-            "force_tool": True,
-            "timeout": 2,
-            "num_retries": 1,
-            **llm,
-        },
-    )
+# Simultaneous scheduling: three calls in flight at once, one per server.
+_experiment = partial(
+    llm_experiment, name="servers", agents=AGENTS, steps=STEPS, seed=7, model=MODEL, timeout=2,
+    num_retries=1,
+)  # fmt: skip
 
 
 def _servers(count: int, latency_ms: float = 0.0) -> list[FakeOpenAIServer]:
@@ -241,8 +231,8 @@ def test_server_lists_from_python_yaml_and_a_comma_separated_string(tmp_path: Pa
     assert LLMConfig(api_base=urls).api_base == urls
     assert LLMConfig(api_base=" , ".join(urls)).api_base == urls  # a CLI flag, a text field
     assert LLMConfig(api_base=[urls[0]]).api_base == urls[0]  # one server stays a string
-    assert LLMConfig(api_base=urls).api_bases == urls
-    assert LLMConfig(api_base=urls[0]).api_bases == [urls[0]] and LLMConfig().api_bases == []
+    assert LLMConfig(api_base=urls).api_bases == tuple(urls)  # the one shape inside
+    assert LLMConfig(api_base=urls[0]).api_bases == (urls[0],) and LLMConfig().api_bases == ()
     path = tmp_path / "run.yaml"
     path.write_text(
         "policy: cognitive\nllm:\n  model: openai/fake\n  api_base:\n"
@@ -436,7 +426,7 @@ def test_through_litellm_every_server_failing_is_one_attempt_and_its_error() -> 
     with FakeOpenAIServer(faults=["503"]) as first, FakeOpenAIServer(faults=["500"]) as second:
         gateway = LiteLLMGateway(api_base=[first.base_url, second.base_url], transport="litellm")
         gateway.prepare([MODEL])
-        assert MODEL in gateway._routers
+        assert MODEL in gateway._litellm.routers
         with collect_calls() as calls, pytest.raises(LLMCallError) as info:
             asyncio.run(gateway.achat(model=MODEL, messages=[{"role": "user", "content": "x"}]))
     assert info.value.kind == "server_error" and info.value.retryable

@@ -78,19 +78,19 @@ def test_auto_goes_direct_only_for_openai_compatible_servers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     local = "http://127.0.0.1:9/v1"
-    assert LiteLLMGateway(api_base=local)._direct_model("openai/qwen") == "qwen"
-    assert LiteLLMGateway(api_base=local)._direct_model("hosted_vllm/org/m") == "org/m"
-    assert LiteLLMGateway(api_base=local)._direct_model("anthropic/claude") is None
-    assert LiteLLMGateway(api_base=local)._direct_model("ollama/llama3") is None
-    assert LiteLLMGateway()._direct_model("openai/gpt-4o-mini") is None  # no api_base: litellm
+    assert LiteLLMGateway(api_base=local).direct_model("openai/qwen") == "qwen"
+    assert LiteLLMGateway(api_base=local).direct_model("hosted_vllm/org/m") == "org/m"
+    assert LiteLLMGateway(api_base=local).direct_model("anthropic/claude") is None
+    assert LiteLLMGateway(api_base=local).direct_model("ollama/llama3") is None
+    assert LiteLLMGateway().direct_model("openai/gpt-4o-mini") is None  # no api_base: litellm
     extra = LiteLLMGateway(api_base=local, extra={"drop_params": True})
-    assert extra._direct_model("openai/qwen") is None  # litellm-only options: litellm
-    assert LiteLLMGateway(api_base=local, transport="litellm")._direct_model("openai/q") is None
-    assert LiteLLMGateway(transport="direct")._direct_model("openai/gpt-4o") == "gpt-4o"
+    assert extra.direct_model("openai/qwen") is None  # litellm-only options: litellm
+    assert LiteLLMGateway(api_base=local, transport="litellm").direct_model("openai/q") is None
+    assert LiteLLMGateway(transport="direct").direct_model("openai/gpt-4o") == "gpt-4o"
     provider = LiteLLMGateway(api_base=local, custom_llm_provider="openai")
-    assert provider._direct_model("my-model") == "my-model"
+    assert provider.direct_model("my-model") == "my-model"
     with pytest.raises(LLMCallError, match="openai/<name>") as info:
-        LiteLLMGateway(transport="direct")._direct_model("anthropic/claude")
+        LiteLLMGateway(transport="direct").direct_model("anthropic/claude")
     assert info.value.kind == "config"
     with pytest.raises(ValueError, match="transport must be one of"):
         LiteLLMGateway(transport="fast")
@@ -235,14 +235,14 @@ def test_auto_leaves_proxied_servers_to_litellm(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.delenv(name.lower(), raising=False)
     remote = LiteLLMGateway(api_base="https://llm.example.org/v1")
     local = LiteLLMGateway(api_base="http://127.0.0.1:8000/v1")
-    assert remote._direct_model("openai/m") == "m"
+    assert remote.direct_model("openai/m") == "m"
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.org:3128")
     monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
-    assert remote._direct_model("openai/m") is None  # through the proxy: litellm's client
-    assert local._direct_model("openai/m") == "m"  # NO_PROXY: direct
+    assert remote.direct_model("openai/m") is None  # through the proxy: litellm's client
+    assert local.direct_model("openai/m") == "m"  # NO_PROXY: direct
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example.org:3128")
     monkeypatch.delenv("NO_PROXY")
-    assert local._direct_model("openai/m") is None
+    assert local.direct_model("openai/m") is None
 
 
 @pytest.mark.parametrize("blocking", [True, False])

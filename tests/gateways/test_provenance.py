@@ -164,6 +164,7 @@ def make_old(path: Path) -> None:
     con = sqlite3.connect(path)
     con.execute("ALTER TABLE replies DROP COLUMN provider")
     con.execute("DELETE FROM meta WHERE key = 'provider'")
+    con.execute("DELETE FROM meta WHERE key = 'key_version'")  # keyed by version 1, unsaid
     con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     con.commit()
     con.execute("VACUUM")

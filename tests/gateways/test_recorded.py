@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vivarium.errors import ResumeDiverged, RunStoppingError
 from vivarium.gateways.base import (
     CallRecord,
     GatewayBase,
@@ -52,8 +53,8 @@ class Server(GatewayBase):
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         item = self.script.pop(0)
-        sent = self.provider._wire_body(request, request_body(request))  # as it is sent
-        if isinstance(item, str):  # a failed attempt: what LiteLLMGateway._failure records
+        sent = self.provider.wire_body(request, request_body(request))  # as it is sent
+        if isinstance(item, str):  # a failed attempt: what LiteLLMGateway records (failures.failure)
             record_call(
                 CallRecord(
                     attempt=current_attempt(),
@@ -66,7 +67,7 @@ class Server(GatewayBase):
                 )
             )
             raise LLMCallError(item, kind="server_error", retryable="retry" in item)
-        response = self.provider._normalize(item, request, 12.5)
+        response = self.provider.normalize(item, request, 12.5)
         record_call(CallRecord.from_response(response, current_attempt(), sent))
         return response
 
@@ -187,7 +188,8 @@ def test_a_request_that_is_not_the_recorded_one_stops_the_re_execution() -> None
         try:
             stack.chat(**changed)
         except Exception as exc:  # noqa: BLE001 - the type is what is checked
-            assert type(exc).__name__ == "CallDiverged" and "the prompt changed" in str(exc)
+            assert type(exc) is ResumeDiverged and "the prompt changed" in str(exc)
+            assert isinstance(exc, RunStoppingError)  # policies let it through: the run stops
         else:
             raise AssertionError("a changed request was answered")
     finally:

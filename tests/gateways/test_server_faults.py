@@ -12,6 +12,7 @@ import contextlib
 import subprocess
 import sys
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 from tests.reliability import outage
+from tests.support.experiments import llm_experiment
 from tests.support.fake_openai import FakeOpenAIServer
 from vivarium import Experiment, Run
 from vivarium.errors import ConfigError, RunInterrupted
@@ -29,18 +31,10 @@ from vivarium.gateways.servers import ServerPool, ServerWarning
 MODEL = "openai/fake"
 
 
-def _experiment(
-    api_base: str | list[str], agents: int = 3, steps: int = 4, **llm: Any
-) -> Experiment:
-    return Experiment(
-        name="faults",
-        policy="cognitive",
-        agents=agents,
-        steps=steps,
-        seed=7,
-        scheduling="simultaneous",  # the calls of a step in flight at once: one per server
-        llm={"model": MODEL, "api_base": api_base, "force_tool": True, "timeout": 30, **llm},
-    )
+# Simultaneous scheduling: the calls of a step in flight at once, one per server.
+_experiment = partial(
+    llm_experiment, name="faults", agents=3, steps=4, seed=7, model=MODEL, timeout=30
+)
 
 
 def _ask(gateway: LiteLLMGateway, text: str = "hello") -> Any:
@@ -176,10 +170,10 @@ def test_a_model_without_a_provider_is_one_line_before_step_0(tmp_path: Path, co
 
 
 def test_a_router_that_cannot_be_built_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vivarium.gateways import litellm_gateway
+    from vivarium.gateways.litellm_lib import import_litellm
 
     gateway = LiteLLMGateway(api_base=["http://a:1/v1", "http://b:2/v1"], transport="litellm")
-    litellm = litellm_gateway._import_litellm()
+    litellm = import_litellm()
 
     def broken(**kwargs: Any) -> Any:
         raise ValueError("no deployment\nfor you")

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.fake_openai import FakeOpenAIServer
 from vivarium import Experiment
-from vivarium.build import gateway_settings
+from vivarium.experiment.build import gateway_settings
 from vivarium.gateways import (
     CachingGateway,
     GatewayBase,
@@ -151,7 +151,7 @@ def test_no_gateway_module_imports_the_experiment_config() -> None:
             else:
                 continue
             for name in names:
-                assert not name.startswith(("vivarium.config", "vivarium.build")), path.name
+                assert not name.startswith(("vivarium.experiment.config", "vivarium.experiment.build")), path.name
 
 
 def test_the_settings_never_show_the_key() -> None:

@@ -15,7 +15,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from tests.workflow.wf_helpers import ScriptedGateway, act, write_agent
+from tests.support.scripted import ScriptedChat
+from tests.workflow.wf_helpers import act, write_agent
 from vivarium.memory import AgentMemory, LexicalMemory, MemoryStore, MemoryView, search_memories
 from vivarium.types import ActionRequest
 from vivarium.workflow import WorkflowPolicy, load_agent
@@ -154,7 +155,7 @@ def test_the_workflow_prompt_retrieves_from_all_memories(tmp_path: Path) -> None
         "workflow": {"states": ["a"], "steps": [{"name": "act", "prompt": "Act."}]},
     }
     spec = load_agent(write_agent(tmp_path / "agent", data))
-    gateway = ScriptedGateway([act("noop")])
+    gateway = ScriptedChat([act("noop")])
     observed = world.observe("tester", 12)
     WorkflowPolicy(spec, gateway).decide(
         run_id="r", time_step=12, agent_id="tester", observation=observed

@@ -12,7 +12,7 @@ import yaml
 from tests.conftest import ROOT, run_cli
 from vivarium import Experiment, Run, TraceDb
 from vivarium.errors import ConfigError
-from vivarium.runner import resume_run
+from vivarium.experiment.runner import resume_run
 
 
 def one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tests.support.signals import ctrl_c_in_child
 from vivarium import Experiment, Run
 
 
@@ -66,7 +67,7 @@ def test_ctrl_c_keeps_committed_steps_and_resume_finishes_the_run(tmp_path: Path
     proc = subprocess.Popen(
         [sys.executable, "-m", "vivarium.cli", "run", str(cfg), "--duration", "300", "--db", str(db)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=ctrl_c_in_child,
     )  # fmt: skip
     steps, deadline = 0, time.monotonic() + 120
     while steps < 100 and proc.poll() is None and time.monotonic() < deadline:

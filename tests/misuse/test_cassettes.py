@@ -98,11 +98,31 @@ def test_replay_with_a_missing_cassette_is_one_line_and_creates_nothing(
     code = main([*args, "--cache", str(cassette), "--cache-mode", "replay", "--db", str(db)])
     assert code == 2
     line = _one_line(capsys.readouterr().err)
-    assert f"no cassette at {cassette}; record one first (cache mode 'record')" in line
+    assert (
+        f"no cassette at {cassette}; check the path (cache mode 'record' makes a new one)" in line
+    )
     assert not cassette.exists()
     with pytest.raises(VivariumError, match="no cassette at"):  # the API says the same
         _experiment(cassette, "replay").run(tmp_path / "api.sqlite", progress=False)
     assert not cassette.exists()
+
+
+def test_a_relative_cassette_path_missing_says_which_working_folder_it_was_read_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A notebook's kernel started in another folder than the notebook's: "../data/..." is not
+    # there, though the cassette was recorded. Before, the error said to record one first.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(VivariumError) as info:
+        _experiment(Path("../data/x.cassette"), "replay").run(tmp_path / "r.sqlite", progress=False)
+    message = str(info.value)
+    assert "\n" not in message and "record one first" not in message
+    assert (
+        f"no cassette at ../data/x.cassette (read from the working folder {elsewhere})" in message
+    )
+    assert not (tmp_path / "data").exists()
 
 
 @pytest.mark.parametrize("mode", ["record", "auto", "replay"])

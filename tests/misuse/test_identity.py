@@ -18,8 +18,8 @@ import yaml
 
 from tests.support.public_goods import notebook
 from vivarium import Experiment, Run
-from vivarium.build import POLICIES, register_policy
 from vivarium.errors import ConfigError, IdentityWarning, OverrideWarning, TracePathWarning
+from vivarium.experiment.build import POLICIES, register_policy
 
 
 def _notebook() -> dict[str, Any]:

@@ -200,6 +200,7 @@ def test_a_trace_in_a_folder_named_with_a_hash(tmp_path: Path) -> None:
     assert len(run.arguments) == 40 * 3
 
 
+@pytest.mark.usefixtures("ctrl_c")
 def test_a_sqlite3_connection_in_the_same_notebook_left_open_across_a_resume(
     tmp_path: Path,
 ) -> None:

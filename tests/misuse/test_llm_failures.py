@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +20,15 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.reliability import outage
+from tests.support import experiments
 from tests.support.fake_openai import FakeOpenAIServer
 from vivarium import ActionRequest, Experiment, Run
-from vivarium.build import register_policy
 from vivarium.errors import ConfigError, RunHealthWarning, RunInterrupted
+from vivarium.experiment.build import register_policy
 
-
-def llm_experiment(url: str, name: str = "misuse", steps: int = 8, **llm: Any) -> Experiment:
-    return Experiment(
-        name=name,
-        policy="cognitive",
-        agents=2,
-        steps=steps,
-        seed=3,
-        scheduling="simultaneous",
-        llm={"model": "openai/fake", "api_base": url, "force_tool": True, "num_retries": 0, **llm},
-    )
+llm_experiment = partial(
+    experiments.llm_experiment, name="misuse", agents=2, steps=8, seed=3, num_retries=0
+)
 
 
 def one_line(text: str) -> str:
@@ -163,6 +157,7 @@ def test_a_policy_that_raises_on_step_3_is_a_visible_fallback(tmp_path: Path) ->
     assert len(mine) == 1 and "2 of 12 decisions were fallbacks" in str(mine[0].message)
 
 
+@pytest.mark.usefixtures("ctrl_c")
 def test_ctrl_c_during_an_llm_run_then_resume(tmp_path: Path) -> None:
     """Ctrl-C while the step's calls are in flight: they are cancelled, the run is marked
     interrupted with the committed steps kept, and a resume gives the uninterrupted run."""

@@ -28,7 +28,7 @@ from vivarium.errors import (
     TraceError,
     TracePathWarning,
 )
-from vivarium.runner import resume_run
+from vivarium.experiment.runner import resume_run
 from vivarium.trace.db import TraceDb
 from vivarium.trace.validate import validate_trace
 
@@ -158,7 +158,7 @@ def test_a_function_given_as_a_world_option_is_part_of_the_run_not_its_address(
 def test_a_run_given_an_object_option_resumed_elsewhere_says_how_in_one_line(
     tmp_path: Path,
 ) -> None:
-    from vivarium.config import OPTION_OBJECTS
+    from vivarium.experiment.config import OPTION_OBJECTS
 
     cell = _notebook("1.0")
     exec(RULED, cell)

@@ -1,7 +1,7 @@
 """Misuse of resuming, as a new user attacks it: each ends in the run that would have been (the
 committed steps kept), or in one clear line with the trace left as it was.
 
-The mechanism is ``vivarium.runner.resume_run`` (its property: ``tests/test_resume_property.py``).
+The mechanism is ``vivarium.experiment.runner.resume_run`` (its property: ``tests/test_resume_property.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from vivarium.errors import (
     RunInterrupted,
     TraceError,
 )
-from vivarium.runner import resume_run, run_experiment
+from vivarium.experiment.runner import resume_run, run_experiment
 from vivarium.trace.db import TraceDb
 from vivarium.trace.validate import validate_trace
 from vivarium.worlds import InMemoryChannel

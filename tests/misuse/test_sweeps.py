@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.support.signals import ctrl_c_in_child
 from tests.test_sweep import (
     KILL_GRID,
     TESTS,
@@ -39,7 +40,7 @@ def one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
 # policy raises. That run's decisions of step 3 fall back; the other runs are clean.
 RAISING_SCRIPT = """
 from vivarium import Experiment
-from vivarium.build import register_policy
+from vivarium.experiment.build import register_policy
 from vivarium.types import ActionRequest
 
 class Fragile:
@@ -106,6 +107,7 @@ def test_ctrl_c_during_a_sweep_then_a_rerun_finishes_only_the_rest(tmp_path: Pat
         [sys.executable, "-c", script],
         env={**os.environ, "VIVARIUM_PROGRESS": "0"},
         start_new_session=True,
+        preexec_fn=ctrl_c_in_child,  # Ctrl-C is heard, though this process was started ignoring it
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -232,13 +234,13 @@ def test_vvm_sweep_with_a_failing_run_exits_1_with_one_line(tmp_path: Path) -> N
 def test_a_policy_registered_in_a_notebook_gives_the_same_trace_in_run_and_sweep(
     tmp_path: Path,
 ) -> None:
-    from vivarium.build import POLICIES
+    from vivarium.experiment.build import POLICIES
 
     cell = {"__name__": "__main__"}
     exec(
         textwrap.dedent(
             """
-            from vivarium.build import register_policy
+            from vivarium.experiment.build import register_policy
             from vivarium.types import ActionRequest
 
             class Parrot:
@@ -273,7 +275,7 @@ def test_a_policy_registered_in_a_notebook_gives_the_same_trace_in_run_and_sweep
 def test_a_sweep_whose_policy_cannot_be_sent_to_workers_says_so(tmp_path: Path) -> None:
     import threading
 
-    from vivarium.build import POLICIES, policy_factory, register_policy
+    from vivarium.experiment.build import POLICIES, policy_factory, register_policy
 
     lock = threading.Lock()  # something a factory holds that no process can receive
 

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.workflow.wf_helpers import ScriptedGateway, act, observation, write_agent
+from tests.support.scripted import ScriptedChat
+from tests.workflow.wf_helpers import act, observation, write_agent
 from vivarium.gateways.base import LLMResponse, ToolCall
 from vivarium.policies.budget import (
     DEFAULT_CONTEXT_TOKENS,
@@ -115,7 +116,7 @@ def test_the_workflow_records_the_trim_in_the_decision_metadata(tmp_path: Path) 
         },
     }
     spec = load_agent(write_agent(tmp_path / "agent", data))
-    gateway = ScriptedGateway([act("noop")])
+    gateway = ScriptedChat([act("noop")])
     policy = WorkflowPolicy(spec, gateway, context_tokens=1500)
     req = policy.decide(run_id="r", time_step=60, agent_id="tester", observation=big_observation())
     trimmed = req.metadata["steps"][0]["context_trimmed"]
@@ -124,7 +125,7 @@ def test_the_workflow_records_the_trim_in_the_decision_metadata(tmp_path: Path) 
     user = gateway.user_prompts()[0]
     assert "message 59" in user and "message 0 " not in user
     assert "Available actions:" in user and "Call the tool `act` exactly once" in user
-    untouched = WorkflowPolicy(spec, ScriptedGateway([act("noop")]))  # the default 8000
+    untouched = WorkflowPolicy(spec, ScriptedChat([act("noop")]))  # the default 8000
     req = untouched.decide(
         run_id="r", time_step=60, agent_id="tester", observation=big_observation()
     )
@@ -134,7 +135,7 @@ def test_the_workflow_records_the_trim_in_the_decision_metadata(tmp_path: Path) 
 def test_the_cognitive_policy_records_the_trim_in_its_metadata() -> None:
     """Both policies use the one budget (issue 13); the default is the aam engine's 8000."""
     assert CognitivePolicyConfig(model="m").context_tokens == 8000
-    gateway = ScriptedGateway([LLMResponse(tool_calls=[ToolCall(id="c", name="noop")])])
+    gateway = ScriptedChat([LLMResponse(tool_calls=[ToolCall(id="c", name="noop")])])
     policy = SimpleCognitivePolicy(gateway, {"model": "m", "context_tokens": 1200})
     req = policy.decide(run_id="r", time_step=60, agent_id="tester", observation=big_observation())
     trimmed = req.metadata["context_trimmed"]

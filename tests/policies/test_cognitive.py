@@ -6,21 +6,17 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from tests.support.scripted import Reply, ScriptedGateway
 from vivarium.gateways.base import (
-    CallRecord,
-    GatewayBase,
     LLMCallError,
-    LLMRequest,
     LLMResponse,
     ToolCall,
     collect_calls,
-    record_call,
 )
 from vivarium.policies.cognitive import (
     CognitiveAgentPolicy,
@@ -32,31 +28,6 @@ from vivarium.policies.prompting import JSON_HINT, build_messages, tool_specs_fo
 from vivarium.seeding import derive_seed
 from vivarium.worlds.channel import CHANNEL_ACTIONS, InMemoryChannel
 from vivarium.worlds.ecology import ECOLOGY_ACTIONS
-
-Reply = LLMResponse | Exception | Callable[[LLMRequest], LLMResponse]
-
-
-class ScriptedGateway(GatewayBase):
-    """Returns canned replies in order (the last one repeats) and keeps every request."""
-
-    def __init__(self, *replies: Reply) -> None:
-        self.replies = list(replies) or [LLMResponse(content="")]
-        self.requests: list[LLMRequest] = []
-        self.async_calls = 0
-
-    def complete(self, request: LLMRequest) -> LLMResponse:
-        self.requests.append(request)
-        reply = self.replies[min(len(self.requests), len(self.replies)) - 1]
-        record_call(CallRecord(attempt=1, model=request.model, request_hash="h"))
-        if isinstance(reply, Exception):
-            raise reply
-        return reply(request) if callable(reply) else reply
-
-    async def acomplete(self, request: LLMRequest) -> LLMResponse:
-        self.async_calls += 1
-        await asyncio.sleep(0)
-        return self.complete(request)
-
 
 POLICIES = [SimpleCognitivePolicy, CognitiveAgentPolicy]
 OBS = {

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.workflow.wf_helpers import ScriptedGateway, act, observation, write_agent
+from tests.support.scripted import ScriptedChat
+from tests.workflow.wf_helpers import act, observation, write_agent
 from vivarium.gateways.base import LLMResponse, ToolCall
 from vivarium.memory import MemoryStore
 from vivarium.policies.cognitive import SimpleCognitivePolicy
@@ -65,7 +66,7 @@ def test_a_custom_store_plugged_into_the_workflow_policy_feeds_its_prompt(tmp_pa
     store = RecordingStore()
     assert isinstance(store, MemoryStore)
     spec = agent(tmp_path, rag={"enabled": True, "limit": 4})
-    user, _ = run(WorkflowPolicy(spec, ScriptedGateway([act("noop")]), memory=store), memory=MEMORY)
+    user, _ = run(WorkflowPolicy(spec, ScriptedChat([act("noop")]), memory=store), memory=MEMORY)
     assert "## Relevant memories\n- [t=99] vector: from the custom store" in user
     assert "weather artifact pays" not in user
     assert store.queries == [("Which artifact pays for weather?", 4)]  # rag.limit is k
@@ -81,14 +82,14 @@ def test_a_store_factory_gets_the_agent_id(tmp_path: Path) -> None:
         return store
 
     spec = agent(tmp_path, rag={"enabled": True})
-    run(WorkflowPolicy(spec, ScriptedGateway([act("noop")]), memory=per_agent))
+    run(WorkflowPolicy(spec, ScriptedChat([act("noop")]), memory=per_agent))
     assert asked == ["tester"] and len(store.queries) == 1
 
 
 def test_a_custom_store_plugged_into_the_cognitive_policy(tmp_path: Path) -> None:
     """The same protocol for the cognitive policy (ours: the original had one agent class)."""
     store = RecordingStore()
-    gateway = ScriptedGateway([LLMResponse(tool_calls=[ToolCall(id="c", name="noop")])])
+    gateway = ScriptedChat([LLMResponse(tool_calls=[ToolCall(id="c", name="noop")])])
     policy = SimpleCognitivePolicy(
         gateway,
         {"model": "m", "memory_query": "{agent_id} at {tick} with {balance}"},
@@ -107,9 +108,9 @@ def test_query_template_filled_from_the_context_is_the_query(tmp_path: Path) -> 
         rag={"enabled": True, "limit": 1, "query_template": "who owes {agent_id} scrip?"},
     )
     store = RecordingStore()
-    run(WorkflowPolicy(spec, ScriptedGateway([act("noop")]), memory=store))
+    run(WorkflowPolicy(spec, ScriptedChat([act("noop")]), memory=store))
     assert store.queries == [("who owes tester scrip?", 1)]
-    user, _ = run(WorkflowPolicy(spec, ScriptedGateway([act("noop")])), memory=MEMORY)
+    user, _ = run(WorkflowPolicy(spec, ScriptedChat([act("noop")])), memory=MEMORY)
     assert "- [t=3] note: beta owes me 7 scrip" in user and "weather artifact" not in user
 
 
@@ -118,9 +119,9 @@ def test_auto_inject_false_keeps_working_memory_out(tmp_path: Path) -> None:
     wm = {"current_goal": "sell weather"}
     shown = agent(tmp_path / "1", working_memory={"enabled": True, "auto_inject": True})
     hidden = agent(tmp_path / "2", working_memory={"enabled": True, "auto_inject": False})
-    user, _ = run(WorkflowPolicy(shown, ScriptedGateway([act("noop")])), working_memory=wm)
+    user, _ = run(WorkflowPolicy(shown, ScriptedChat([act("noop")])), working_memory=wm)
     assert "## Working memory\nCurrent goal: sell weather" in user
-    user, _ = run(WorkflowPolicy(hidden, ScriptedGateway([act("noop")])), working_memory=wm)
+    user, _ = run(WorkflowPolicy(hidden, ScriptedChat([act("noop")])), working_memory=wm)
     assert "Working memory" not in user and "sell weather" not in user
 
 
@@ -135,7 +136,7 @@ def test_include_in_rag_adds_working_memory_to_the_query(tmp_path: Path) -> None
             rag={"enabled": True},
             working_memory={"enabled": True, "include_in_rag": flag},
         )
-        run(WorkflowPolicy(spec, ScriptedGateway([act("noop")]), memory=store), working_memory=wm)
+        run(WorkflowPolicy(spec, ScriptedChat([act("noop")]), memory=store), working_memory=wm)
         assert ("beta pays late" in store.queries[0][0]) is expected
 
 
@@ -143,11 +144,11 @@ def test_warn_on_missing_is_a_recorded_note(tmp_path: Path) -> None:
     """config_schema.py 599d43d3: warn_on_missing logs a warning when the agent has no working
     memory; ours records it in the step's entry of the decision metadata (no crash)."""
     spec = agent(tmp_path, working_memory={"enabled": True, "warn_on_missing": True})
-    _, meta = run(WorkflowPolicy(spec, ScriptedGateway([act("noop")])), working_memory={})
+    _, meta = run(WorkflowPolicy(spec, ScriptedChat([act("noop")])), working_memory={})
     assert meta["steps"][0]["notes"] == ["working memory is empty"]
     assert meta["action_step"] == "act"
     quiet = agent(tmp_path / "q", working_memory={"enabled": True})
-    _, meta = run(WorkflowPolicy(quiet, ScriptedGateway([act("noop")])), working_memory={})
+    _, meta = run(WorkflowPolicy(quiet, ScriptedChat([act("noop")])), working_memory={})
     assert "notes" not in meta["steps"][0]
 
 

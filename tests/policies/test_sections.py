@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.workflow.wf_helpers import ScriptedGateway, act, observation, write_agent
+from tests.support.scripted import ScriptedChat
+from tests.workflow.wf_helpers import act, observation, write_agent
 from vivarium.gateways.base import LLMResponse, ToolCall
 from vivarium.policies.cognitive import SimpleCognitivePolicy
 from vivarium.policies.sections import (
@@ -76,7 +77,7 @@ def workflow_agent(tmp_path: Path, **top: Any) -> WorkflowPolicy:
         **top,
     }
     spec = load_agent(write_agent(tmp_path / "agent", data))
-    return WorkflowPolicy(spec, ScriptedGateway([act("noop")] * 3))
+    return WorkflowPolicy(spec, ScriptedChat([act("noop")] * 3))
 
 
 def user_of(policy: WorkflowPolicy, **obs: Any) -> str:
@@ -116,7 +117,7 @@ def test_the_cognitive_policy_shows_the_same_sections() -> None:
     """One piece of code for both policies (issue 13): the cognitive policy's prompt of an
     ecology observation holds the very section texts the workflow's propose step shows."""
     reply = LLMResponse(tool_calls=[ToolCall(id="c", name="noop", arguments={})])
-    gateway = ScriptedGateway([reply])
+    gateway = ScriptedChat([reply])
     policy = SimpleCognitivePolicy(gateway, {"model": "m", "memory_k": 1})
     obs = observation(**{**RICH, "agent_id": "tester"})
     policy.decide(run_id="r", time_step=7, agent_id="tester", observation=obs)

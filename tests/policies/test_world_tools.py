@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.policies.test_cognitive import ScriptedGateway
+from tests.support.scripted import ScriptedGateway
 from vivarium import Experiment
 from vivarium.errors import ConfigError
 from vivarium.gateways.base import LLMResponse, ToolCall

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT
 from vivarium import Experiment
-from vivarium.config import (
+from vivarium.errors import ConfigError, one_line
+from vivarium.experiment.config import (
     AgentGroup,
     AutonomousConfig,
     ExperimentConfig,
@@ -27,7 +28,6 @@ from vivarium.config import (
     load_config,
     make_config,
 )
-from vivarium.errors import ConfigError, one_line
 from vivarium.workflow.config import AGENT_FILE, AgentSpec, load_agent
 
 WORDS = [

@@ -188,7 +188,7 @@ def test_parse_action_handles_any_reply(response: LLMResponse) -> None:
 @FUZZ
 @given(reply=raw_replies())
 def test_raw_replies_normalise_and_parse(reply: dict[str, Any]) -> None:
-    response = NORMALIZER._normalize(reply, REQUEST, 1.0)
+    response = NORMALIZER.normalize(reply, REQUEST, 1.0)
     for call in response.tool_calls:
         assert isinstance(call.arguments, dict)
         assert (call.parse_error is None) == (call.raw_arguments is None)

@@ -23,9 +23,9 @@ import pytest
 from tests.reliability.helpers import TRACE_TABLES, rows
 from tests.support.fake_openai import FakeOpenAIServer
 from vivarium import Experiment, Run
-from vivarium.build import gateway_settings
-from vivarium.config import LLMConfig
 from vivarium.errors import VivariumError
+from vivarium.experiment.build import gateway_settings
+from vivarium.experiment.config import LLMConfig
 from vivarium.gateways.cache import CachingGateway
 from vivarium.gateways.stack import build_gateway
 from vivarium.trace.db import TraceDb

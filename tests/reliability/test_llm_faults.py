@@ -15,7 +15,7 @@ import pytest
 
 from tests.reliability.helpers import TimedServer
 from vivarium import Experiment, Run
-from vivarium.build import gateway_settings
+from vivarium.experiment.build import gateway_settings
 from vivarium.gateways.litellm_gateway import LiteLLMGateway
 from vivarium.gateways.ratelimit import RateLimitedGateway, RateLimiter, Ticket
 from vivarium.gateways.retry import RetryGateway

@@ -13,14 +13,16 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
 from tests.reliability import outage
+from tests.support.experiments import llm_experiment
 from tests.support.fake_openai import FakeOpenAIServer
-from vivarium import Experiment, Run
+from vivarium import Run
 from vivarium.errors import RunHealthWarning, RunInterrupted
 from vivarium.trace.validate import validate_trace
 
@@ -82,23 +84,9 @@ def test_cli_run_stops_at_the_outage_and_resume_equals_an_uninterrupted_run(
     outage.assert_same_run(ref, cut)
 
 
-def _experiment(url: str, **llm: object) -> Experiment:
-    return Experiment(
-        name="outage",
-        policy="cognitive",
-        agents=AGENTS,
-        steps=STEPS,
-        seed=11,
-        scheduling="simultaneous",
-        llm={
-            "model": "openai/fake",
-            "api_base": url,
-            "force_tool": True,
-            "timeout": 2,
-            "num_retries": 1,
-            **llm,
-        },
-    )
+_experiment = partial(
+    llm_experiment, name="outage", agents=AGENTS, steps=STEPS, seed=11, timeout=2, num_retries=1
+)
 
 
 @pytest.mark.parametrize("graph", [True, False], ids=["langgraph", "plain"])

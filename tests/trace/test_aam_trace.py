@@ -161,7 +161,7 @@ def test_a_resumed_trace_gets_the_original_columns_once(tmp_path: Path) -> None:
     """A run resumed from a trace written before these columns existed gains them, once; one
     resumed from a trace that has them keeps a single set."""
     from vivarium import TraceDb
-    from vivarium.runner import resume_run
+    from vivarium.experiment.runner import resume_run
 
     exp = Experiment(
         name="r", agents=3, steps=6, seed=1, checkpoint_every=2, action_space=["post_message"]

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT
+from tests.support.signals import ctrl_c_raises
 from tests.support.trace_reader import Reader
 from vivarium import Experiment, Run
 from vivarium.cli import main
@@ -119,7 +120,7 @@ def run_read_by(mode: str | None, path: Path, ending: str) -> str:
         if raised is None:
             experiment().run(path, progress=False, on_step=on_step)
         else:
-            with pytest.raises(raised):
+            with ctrl_c_raises(), pytest.raises(raised):
                 experiment().run(path, progress=False, on_step=on_step)
         return reader.stop() if reader else ""
     finally:

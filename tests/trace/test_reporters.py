@@ -17,8 +17,8 @@ import polars as pl
 import pytest
 
 from vivarium import Experiment
-from vivarium.build import register_world
 from vivarium.engine.reporters import ReporterError
+from vivarium.experiment.build import register_world
 from vivarium.trace.run import TraceRun
 from vivarium.worlds.boltzmann import BoltzmannWorld
 

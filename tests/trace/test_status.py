@@ -7,8 +7,8 @@ import warnings
 from pathlib import Path
 
 from vivarium import Experiment
-from vivarium.build import POLICIES, register_policy
 from vivarium.errors import RunHealthWarning
+from vivarium.experiment.build import POLICIES, register_policy
 from vivarium.trace.status import first_fallback, is_finished, is_resumable
 from vivarium.types import ActionRequest
 

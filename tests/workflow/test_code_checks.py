@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.workflow.wf_helpers import ScriptedGateway, act, observation, write_agent
+from tests.support.scripted import ScriptedChat
+from tests.workflow.wf_helpers import act, observation, write_agent
 from vivarium import Experiment, sandbox
 from vivarium.errors import ConfigError
 from vivarium.workflow.config import AgentSpec, load_agent
@@ -36,7 +37,7 @@ def decide(policy: WorkflowPolicy, t: int, state: Any = None) -> Any:
 def test_context_get_reads_variables_and_the_observation(tmp_path: Path) -> None:
     code = "seen = context.get('seen', 0) + 1\nrich = context['balance'] > 10"
     policy = WorkflowPolicy(
-        spec_with_code(tmp_path, code), ScriptedGateway(by_tool={"act": [act("noop")]})
+        spec_with_code(tmp_path, code), ScriptedChat(by_tool={"act": [act("noop")]})
     )
     state = None
     for t in range(3):
@@ -84,7 +85,7 @@ def test_what_the_run_would_refuse_loading_refuses(tmp_path: Path, code: str, me
         ],
     }
     spec = AgentSpec.model_validate({"id": "tester", "workflow": workflow})
-    req = decide(WorkflowPolicy(spec, ScriptedGateway(by_tool={"act": [act("noop")]})), 0)
+    req = decide(WorkflowPolicy(spec, ScriptedChat(by_tool={"act": [act("noop")]})), 0)
     assert req.metadata["steps"][0]["status"] == "failed"
 
 

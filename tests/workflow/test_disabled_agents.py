@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import ROOT
 from vivarium import Experiment, Run, TraceDb
 from vivarium.errors import ConfigError
-from vivarium.runner import resume_run
+from vivarium.experiment.runner import resume_run
 
 
 def disabled_copy(tmp_path: Path, name: str = "alpha_2") -> Path:

@@ -96,11 +96,12 @@ def test_a_workflow_decision_loads_no_ecology_world(tmp_path: Path) -> None:
     code = f"""
 import sys
 from pathlib import Path
-from tests.workflow.wf_helpers import ScriptedGateway, act, agent_data, observation, write_agent
+from tests.support.scripted import ScriptedChat
+from tests.workflow.wf_helpers import act, agent_data, observation, write_agent
 from vivarium.workflow import WorkflowPolicy, load_agent
 
 spec = load_agent(write_agent(Path({str(tmp_path)!r}) / "agent", agent_data()))
-policy = WorkflowPolicy(spec, ScriptedGateway([act("noop")]))
+policy = WorkflowPolicy(spec, ScriptedChat([act("noop")]))
 request = policy.decide(run_id="r", time_step=0, agent_id="tester", observation=observation())
 assert request.action_name == "noop", request
 loaded = sorted(m for m in sys.modules if m.startswith("vivarium.worlds.ecology"))

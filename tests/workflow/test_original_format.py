@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.scripted import ScriptedChat
 from vivarium import Experiment
 from vivarium.errors import ConfigError
 from vivarium.policies.sections import PROPOSE_ACTION_PROMPT
@@ -27,7 +28,7 @@ from vivarium.workflow.config import (
 )
 from vivarium.workflow.traits import known
 
-from .wf_helpers import ROOT, ScriptedGateway, act, observation, write_agent
+from .wf_helpers import ROOT, act, observation, write_agent
 
 
 def _load(tmp_path: Path, data: dict[str, Any], name: str = "agent") -> AgentSpec:
@@ -100,7 +101,7 @@ def test_a_workflow_without_states_runs_every_step_in_order_each_turn(tmp_path: 
     spec = _load(tmp_path, data)
     assert spec.workflow.keep_variables == "declared"
     assert spec.workflow.states == [SINGLE_STATE]
-    gw = ScriptedGateway([act("noop"), act("noop")])
+    gw = ScriptedChat([act("noop"), act("noop")])
     policy = WorkflowPolicy(spec, gw)
     state = None
     for t in (0, 1):
@@ -347,7 +348,7 @@ def test_without_a_workflow_one_propose_action_step(tmp_path: Path) -> None:
     assert _load(tmp_path, {"id": "p", "workflow": {"steps": []}}, "p").workflow.steps[0].name == (
         PROPOSE_STEP
     )
-    gw = ScriptedGateway([act("read_artifact", {"artifact_id": "a1"})])
+    gw = ScriptedChat([act("read_artifact", {"artifact_id": "a1"})])
     req = WorkflowPolicy(spec, gw).decide(
         run_id="r", time_step=0, agent_id="tester", observation=observation(0)
     )
@@ -559,7 +560,7 @@ def test_a_choice_no_rule_allows_loads_and_fails_only_when_chosen(tmp_path: Path
         },
     }
     spec = _load(tmp_path, data)
-    gw = ScriptedGateway([choose("rest"), choose("go_on")])
+    gw = ScriptedChat([choose("rest"), choose("go_on")])
     req = WorkflowPolicy(spec, gw).decide(
         run_id="r", time_step=0, agent_id="reviewer", observation=observation()
     )

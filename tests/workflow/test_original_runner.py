@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.scripted import ScriptedChat
 from vivarium.types import ActionRequest, ActionResult
 from vivarium.workflow import WorkflowPolicy, load_agent
 from vivarium.workflow.config import AgentSpec
@@ -23,7 +24,6 @@ from vivarium.worlds.ecology import EcologyWorld
 from .wf_helpers import (
     ROOT,
     Boom,
-    ScriptedGateway,
     act,
     choose,
     observation,
@@ -80,7 +80,7 @@ def test_llm_step_result_is_kept_for_later_steps(tmp_path: Path) -> None:
     ({audit_result}); run_workflow: the last llm step's action is the turn's action, and the
     steps after an llm step still run in the same turn."""
     spec = make_spec(tmp_path, audit_chain())
-    gw = ScriptedGateway(
+    gw = ScriptedChat(
         [
             act("read_artifact", {"artifact_id": "a1"}, thought_process="reads pay off"),
             act("post_message", {"content": "hi"}, thought_process="say hello"),
@@ -113,7 +113,7 @@ def test_unset_step_results_read_none(tmp_path: Path) -> None:
         ]
     }
     spec = make_spec(tmp_path, workflow)
-    gw = ScriptedGateway([act("noop")])
+    gw = ScriptedChat([act("noop")])
     req = decide(WorkflowPolicy(spec, gw), t=3)
     assert gw.user_prompts()[0].startswith("Assessment: (none) / (none)")
     assert [s["status"] for s in req.metadata["steps"]] == ["not_run", "ok"]
@@ -125,7 +125,7 @@ def test_one_llm_call_per_turn_defers_the_rest_to_the_next_turn(tmp_path: Path) 
     predictability). With llm_calls_per_turn 1 the second llm step is deferred; the next turn
     goes on at it, with the audit's text carried over, and the earlier steps do not rerun."""
     spec = limited(make_spec(tmp_path, audit_chain()), 1)
-    gw = ScriptedGateway(
+    gw = ScriptedChat(
         [
             act("read_artifact", {"artifact_id": "a1"}, thought_process="reads pay off"),
             act("noop", thought_process="wait"),
@@ -166,7 +166,7 @@ def test_without_a_limit_every_step_calls_the_model(tmp_path: Path) -> None:
     """agent_ecology 599d43d3 workflow.py run_workflow: the runner itself sets no call limit
     (alpha_2 makes three calls a turn); unset llm_calls_per_turn keeps that."""
     spec = make_spec(tmp_path, audit_chain())
-    gw = ScriptedGateway([act("noop"), act("noop")])
+    gw = ScriptedChat([act("noop"), act("noop")])
     req = decide(WorkflowPolicy(limited(spec, None), gw))
     assert req.metadata["llm_calls"] == 2 and "deferred" not in req.metadata
 
@@ -176,7 +176,7 @@ def test_a_retry_past_the_call_limit_waits_for_the_next_turn(tmp_path: Path) -> 
     and the error the model is told about (max_retries still bounds the attempts)."""
     workflow = {"steps": [{"name": "decide_action", "type": "llm", "prompt": "Act."}]}
     spec = limited(make_spec(tmp_path, workflow), 1)
-    gw = ScriptedGateway([text("hmm"), act("noop")])
+    gw = ScriptedChat([text("hmm"), act("noop")])
     policy = WorkflowPolicy(spec, gw)
     one = decide(policy, 0)
     assert one.action_name == "noop" and one.metadata["parse_path"] == "fallback"
@@ -240,7 +240,7 @@ def test_transition_answers_read_as_models_give_them(
     C) SHIP and asks for one of continue, pivot, ship: answers come back as words or letters,
     in any case, with punctuation and markup."""
     spec = make_spec(tmp_path, reflect_workflow())
-    req = decide(WorkflowPolicy(spec, ScriptedGateway([text(reply)])))
+    req = decide(WorkflowPolicy(spec, ScriptedChat([text(reply)])))
     assert req.metadata["workflow_state"] == state
     assert req.metadata["steps"][0]["attempts"] == 1
 
@@ -250,13 +250,13 @@ def test_the_stated_reason_is_kept(tmp_path: Path) -> None:
     reasoning under the step name; here also in the step entry and the transition record."""
     spec = make_spec(tmp_path, reflect_workflow())
     reply = "I choose B) PIVOT because the same write keeps failing."
-    req = decide(WorkflowPolicy(spec, ScriptedGateway([text(reply)])))
+    req = decide(WorkflowPolicy(spec, ScriptedChat([text(reply)])))
     (move,) = req.metadata["transitions"]
     assert move["to_state"] == "observing" and move["reason"] == reply
     assert move["trigger"] == "strategic_reflect: pivot"
     assert req.metadata["steps"][0]["reason"] == reply
     # through the choose tool: its reason field
-    req = decide(WorkflowPolicy(spec, ScriptedGateway([choose("ship", "it works")])))
+    req = decide(WorkflowPolicy(spec, ScriptedChat([choose("ship", "it works")])))
     assert req.metadata["transitions"][0]["reason"] == "it works"
 
 
@@ -264,7 +264,7 @@ def test_choose_prompt_shows_letters_and_the_tool_accepts_them(tmp_path: Path) -
     """The original's transition prompt labels options A), B), C); a letter names the option
     listed at that place (transition_map order)."""
     spec = make_spec(tmp_path, reflect_workflow())
-    gw = ScriptedGateway([choose("C", "good enough")])
+    gw = ScriptedChat([choose("C", "good enough")])
     req = decide(WorkflowPolicy(spec, gw))
     prompt = gw.user_prompts()[0]
     for line in ("A) continue: go to implementing", "B) pivot: go to observing", "C) ship:"):
@@ -287,7 +287,7 @@ def test_a_transition_step_without_a_prompt_uses_the_default(tmp_path: Path) -> 
     data = reflect_workflow()
     del data["steps"][0]["prompt"]
     spec = AgentSpec.model_validate({"id": "tester", "workflow": data})  # no load-time checks
-    gw = ScriptedGateway([text("continue")])
+    gw = ScriptedChat([text("continue")])
     req = decide(WorkflowPolicy(spec, gw), 3, success_rate=0.5)
     prompt = gw.user_prompts()[0]
     assert prompt.startswith(DEFAULT_TRANSITION_PROMPT.split("\n")[0])
@@ -313,7 +313,7 @@ def test_skip_retries_up_to_max_retries_then_skips(tmp_path: Path) -> None:
         ]
     }
     spec = make_spec(tmp_path, workflow)
-    gw = ScriptedGateway([Boom("down"), text("no json here"), act("noop")])
+    gw = ScriptedChat([Boom("down"), text("no json here"), act("noop")])
     req = decide(WorkflowPolicy(spec, gw))
     risky, safe = req.metadata["steps"]
     assert (risky["status"], risky["attempts"], risky["error"]) == (
@@ -402,7 +402,7 @@ def test_counts_and_revenue_are_kept_across_turns(tmp_path: Path) -> None:
         ]
     }
     spec = make_spec(tmp_path, workflow)
-    gw = ScriptedGateway([act("noop")] * 3)
+    gw = ScriptedChat([act("noop")] * 3)
     policy = WorkflowPolicy(spec, gw)
     one = decide(policy, 0, balance=100)
     history = [{"time_step": 0, "action": "noop", "success": True}]
@@ -425,7 +425,7 @@ def test_execute_decision_acts_on_what_was_decided(tmp_path: Path) -> None:
         ]
     }
     spec = make_spec(tmp_path, workflow)
-    gw = ScriptedGateway([act("read_artifact", {"artifact_id": "a1"})])
+    gw = ScriptedChat([act("read_artifact", {"artifact_id": "a1"})])
     req = decide(WorkflowPolicy(spec, gw))
     assert req.action_name == "read_artifact" and len(gw.requests) == 1
     assert [s["step"] for s in req.metadata["steps"]] == ["decide", "act"]
@@ -441,7 +441,7 @@ def test_execute_decision_with_nothing_decided_fails_the_step(tmp_path: Path) ->
         ]
     }
     spec = make_spec(tmp_path, workflow)
-    req = decide(WorkflowPolicy(spec, ScriptedGateway([act("noop")])))
+    req = decide(WorkflowPolicy(spec, ScriptedChat([act("noop")])))
     first = req.metadata["steps"][0]
     assert first["status"] == "skipped" and "no llm step has decided" in first["error"]
     assert req.metadata["action_step"] == "decide"
@@ -464,7 +464,7 @@ def test_a_deferred_turn_keeps_what_its_code_steps_computed(tmp_path: Path) -> N
             {"name": "decide_action", "type": "llm", "prompt": "Act at rate {success_rate}"},
         ]
     }
-    gw = ScriptedGateway([act("noop"), act("noop")])
+    gw = ScriptedChat([act("noop"), act("noop")])
     policy = WorkflowPolicy(limited(make_spec(tmp_path, workflow), 1), gw)
     one = decide(policy, 0, success_rate=0.9)
     decide(policy, 1, one.metadata["agent_state"], success_rate=0.9)
@@ -481,7 +481,7 @@ def test_a_condition_that_cannot_be_evaluated_skips_the_step(tmp_path: Path) -> 
             {"name": "decide_action", "type": "llm", "prompt": "Act"},
         ]
     }
-    gw = ScriptedGateway([act("noop")])
+    gw = ScriptedChat([act("noop")])
     req = decide(WorkflowPolicy(make_spec(tmp_path, workflow), gw))  # success_rate is None
     review, act_step = req.metadata["steps"]
     assert review["status"] == "skipped" and review["error"].startswith("run_if: ")
@@ -517,7 +517,7 @@ def test_world_content_cannot_place_prompt_sections(tmp_path: Path) -> None:
     memory = [{"time_step": 0, "kind": "action", "text": "read the bulletin, it paid off"}]
     prompts = []
     for content in ("hello", bait):
-        gw = ScriptedGateway([act("noop")])
+        gw = ScriptedChat([act("noop")])
         messages = [{"author": "x", "channel": "main", "content": content, "time_step": 0}]
         decide(WorkflowPolicy(spec, gw), 1, messages=messages, memory=memory)
         prompts.append(gw.user_prompts()[0])
@@ -552,7 +552,7 @@ def test_a_code_step_runs_once_and_a_wide_format_stays_small(tmp_path: Path) -> 
             {"name": "decide_action", "type": "llm", "prompt": "Act"},
         ],
     }
-    req = decide(WorkflowPolicy(make_spec(tmp_path, workflow), ScriptedGateway([act("noop")])))
+    req = decide(WorkflowPolicy(make_spec(tmp_path, workflow), ScriptedChat([act("noop")])))
     broken = req.metadata["steps"][0]
     assert (broken["status"], broken["attempts"]) == ("skipped", 1)
     assert "broken" not in req.metadata["agent_state"]["retries"]
@@ -570,7 +570,7 @@ def test_the_stated_reason_reaches_the_traces_transitions(tmp_path: Path) -> Non
     reply = "I choose B) PIVOT because the same write keeps failing."
     db = tmp_path / "why.sqlite"
     trace = TraceDb(db)
-    policy = WorkflowPolicy(spec, ScriptedGateway([text(reply)]))
+    policy = WorkflowPolicy(spec, ScriptedChat([text(reply)]))
     WorldEngine(
         WorldEngineConfig(run_id="why"), {"tester": policy}, EcologyWorld(["tester"]), trace
     ).run(1)

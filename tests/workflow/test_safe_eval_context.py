@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.workflow.wf_helpers import ScriptedGateway, act, observation, write_agent
+from tests.support.scripted import ScriptedChat
+from tests.workflow.wf_helpers import act, observation, write_agent
 from vivarium import sandbox
 from vivarium.errors import ConfigError
 from vivarium.sandbox import EvaluationError, UnsafeExpression, evaluate, execute
@@ -351,7 +352,7 @@ def test_context_writes_persist_across_decisions(tmp_path: Path) -> None:
     spec = load_agent(
         agent_with(tmp_path, "context['visits'] = context.get('visits', 0) + 1", condition="visits")
     )
-    policy = WorkflowPolicy(spec, ScriptedGateway(by_tool={"act": [act("noop")]}))
+    policy = WorkflowPolicy(spec, ScriptedChat(by_tool={"act": [act("noop")]}))
     state = None
     for t in range(3):
         req = policy.decide(

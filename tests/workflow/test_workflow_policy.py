@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.scripted import ScriptedChat
 from vivarium.errors import ConfigError
 from vivarium.gateways import MockLLMGateway
 from vivarium.types import ActionRequest
@@ -22,7 +23,6 @@ from .wf_helpers import (
     ROOT,
     Boom,
     FatalBoom,
-    ScriptedGateway,
     act,
     choose,
     observation,
@@ -55,9 +55,7 @@ def one_llm_step(**step: Any) -> dict[str, Any]:
 # -- failure policies ------------------------------------------------------------------------
 def test_retry_then_success(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(on_failure="retry", max_retries=2, transition_to="b"))
-    gw = ScriptedGateway(
-        [text("I will think about it"), act("read_artifact", {"artifact_id": "a1"})]
-    )
+    gw = ScriptedChat([text("I will think about it"), act("read_artifact", {"artifact_id": "a1"})])
     req = decide(WorkflowPolicy(spec, gw))
     assert (req.action_name, req.arguments) == ("read_artifact", {"artifact_id": "a1"})
     assert req.reasoning == "because"
@@ -79,7 +77,7 @@ def test_retry_then_success(tmp_path: Path) -> None:
 
 def test_retry_exhausted_fails_the_decision(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(on_failure="retry", max_retries=1, transition_to="b"))
-    gw = ScriptedGateway([act("write_artifact", {}), act("write_artifact", {})])
+    gw = ScriptedChat([act("write_artifact", {}), act("write_artifact", {})])
     req = decide(WorkflowPolicy(spec, gw, registry=ECOLOGY_ACTIONS))  # it checks the arguments
     assert req.action_name == "noop" and req.arguments == {}
     meta = req.metadata
@@ -97,7 +95,7 @@ def test_skip_goes_on_with_the_next_step(tmp_path: Path) -> None:
     # skip retries up to max_retries first (agent_ecology 599d43d3 execution-model doc), then
     # goes on with the next step
     spec = make_spec(tmp_path, one_llm_step(on_failure="skip", max_retries=1))
-    gw = ScriptedGateway([Boom("server on fire"), Boom("server on fire")])
+    gw = ScriptedChat([Boom("server on fire"), Boom("server on fire")])
     req = decide(WorkflowPolicy(spec, gw))
     assert req.action_name == "noop"
     steps = req.metadata["steps"]
@@ -110,7 +108,7 @@ def test_skip_goes_on_with_the_next_step(tmp_path: Path) -> None:
 
 def test_fail_ends_the_decision_at_once(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(on_failure="fail", max_retries=3))
-    gw = ScriptedGateway([act("dance")])
+    gw = ScriptedChat([act("dance")])
     req = decide(WorkflowPolicy(spec, gw))
     assert req.action_name == "noop"
     assert req.metadata["fallback_reason"] == "step 'act' failed: unknown tool 'dance'"
@@ -122,7 +120,7 @@ def test_workflow_defaults_apply(tmp_path: Path) -> None:
     wf = one_llm_step()
     wf.update(default_on_failure="retry", default_max_retries=2)
     spec = make_spec(tmp_path, wf)
-    gw = ScriptedGateway([text(""), text(""), text("")])
+    gw = ScriptedChat([text(""), text(""), text("")])
     req = decide(WorkflowPolicy(spec, gw))
     assert req.metadata["steps"][0]["attempts"] == 3
     assert req.metadata["fallback_reason"] == "step 'act' failed: empty reply"
@@ -140,7 +138,7 @@ def test_code_step_errors_follow_on_failure(tmp_path: Path) -> None:
         make_spec(tmp_path, wf)  # refused when loaded, as the run would refuse it
     # a spec built in code skips load_agent's checks: the run refuses it, by its on_failure
     spec = AgentSpec.model_validate({"id": "tester", "workflow": wf})
-    req = decide(WorkflowPolicy(spec, ScriptedGateway()))
+    req = decide(WorkflowPolicy(spec, ScriptedChat()))
     bad, zero = req.metadata["steps"]
     assert bad["status"] == "skipped" and "unknown name 'missing'" in bad["error"]
     assert zero["status"] == "failed"
@@ -159,7 +157,7 @@ def test_code_values_are_made_json_and_reserved_names_refused(tmp_path: Path) ->
         make_spec(tmp_path, wf)
     # a spec built in code skips load_agent's checks: the policy still refuses at run time
     spec = AgentSpec.model_validate({"id": "tester", "workflow": wf})
-    req = decide(WorkflowPolicy(spec, ScriptedGateway()))
+    req = decide(WorkflowPolicy(spec, ScriptedChat()))
     assert req.metadata["agent_state"]["variables"] == {"s": [1, 2, 3], "t": [1, "x"]}
     assert "cannot assign 'state'" in req.metadata["steps"][1]["error"]
     assert req.metadata["agent_state"]["state"] == "a"
@@ -191,7 +189,7 @@ def test_run_if_and_in_state(tmp_path: Path) -> None:
             },
         ],
     }
-    policy = WorkflowPolicy(make_spec(tmp_path, wf), ScriptedGateway())
+    policy = WorkflowPolicy(make_spec(tmp_path, wf), ScriptedChat())
     state = None
     statuses = []
     for t in range(4):
@@ -235,7 +233,7 @@ def test_a_decision_walks_states_until_an_action(tmp_path: Path) -> None:
             {"name": "never", "type": "code", "in_state": "act", "code": "z = 1"},
         ],
     }
-    gw = ScriptedGateway([act("noop")])
+    gw = ScriptedChat([act("noop")])
     req = decide(WorkflowPolicy(make_spec(tmp_path, wf), gw))
     assert [(x["from_state"], x["to_state"]) for x in req.metadata["transitions"]] == [
         ("start", "think"),
@@ -256,7 +254,7 @@ def test_each_step_runs_once_per_decision(tmp_path: Path) -> None:
             {"name": "ba", "type": "code", "in_state": "b", "code": "y = 1", "transition_to": "a"},
         ],
     }
-    req = decide(WorkflowPolicy(make_spec(tmp_path, wf), ScriptedGateway()))
+    req = decide(WorkflowPolicy(make_spec(tmp_path, wf), ScriptedChat()))
     assert len(req.metadata["transitions"]) == 2
     assert req.metadata["workflow_state"] == "a"
     assert (
@@ -279,7 +277,7 @@ def test_transition_to_is_guarded_by_conditions(tmp_path: Path) -> None:
             }
         ],
     }
-    policy = WorkflowPolicy(make_spec(tmp_path, wf), ScriptedGateway())
+    policy = WorkflowPolicy(make_spec(tmp_path, wf), ScriptedChat())
     early = decide(policy, 0)
     assert early.metadata["workflow_state"] == "a"
     assert "condition 'tick >= 2' is false" in early.metadata["steps"][0]["blocked"]
@@ -314,7 +312,7 @@ def review_workflow(**step: Any) -> dict[str, Any]:
 
 def test_transition_step_asks_the_model_to_choose(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, review_workflow())
-    gw = ScriptedGateway([choose("continue")])
+    gw = ScriptedChat([choose("continue")])
     req = decide(WorkflowPolicy(spec, gw))
     assert req.metadata["transitions"] == [
         {
@@ -335,7 +333,7 @@ def test_transition_step_asks_the_model_to_choose(tmp_path: Path) -> None:
 
 def test_refused_or_unknown_choice_is_retried(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, review_workflow(max_retries=2))
-    gw = ScriptedGateway([choose("should_pivot"), choose("maybe"), text('{"choice": "continue"}')])
+    gw = ScriptedChat([choose("should_pivot"), choose("maybe"), text('{"choice": "continue"}')])
     req = decide(WorkflowPolicy(spec, gw))
     step = req.metadata["steps"][0]
     assert step["status"] == "ok" and step["attempts"] == 3
@@ -349,7 +347,7 @@ def test_choice_allowed_when_condition_holds_and_bare_text(tmp_path: Path) -> No
     wf = review_workflow()
     wf["variables"] = {"should_pivot": True}
     spec = make_spec(tmp_path, wf)
-    req = decide(WorkflowPolicy(spec, ScriptedGateway([text("`should_pivot`")])))
+    req = decide(WorkflowPolicy(spec, ScriptedChat([text("`should_pivot`")])))
     assert req.metadata["transitions"][0]["trigger"] == "review_strategy: should_pivot"
     assert req.metadata["workflow_state"] == "plan"
 
@@ -357,7 +355,7 @@ def test_choice_allowed_when_condition_holds_and_bare_text(tmp_path: Path) -> No
 # -- replies, prompts, requests ----------------------------------------------------------------
 def test_act_request_shape(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(), temperature=0.3, llm_model="m1", max_tokens=99)
-    gw = ScriptedGateway([act("noop")])
+    gw = ScriptedChat([act("noop")])
     policy = WorkflowPolicy(spec, gw, seed=7, model="ignored")
     policy.use_world_actions(ECOLOGY_ACTIONS, "ecology")  # as the engine does when a run is built
     decide(policy)
@@ -379,10 +377,10 @@ def test_act_request_shape(tmp_path: Path) -> None:
     assert "- read_artifact(artifact_id" in user  # described from the ecology registry
     # without a seed, no provider seed; the model falls back to the keyword, then the gateway's
     spec2 = make_spec(tmp_path / "2", one_llm_step())
-    gw2 = ScriptedGateway([act("noop")], model="gw-model")
+    gw2 = ScriptedChat([act("noop")], model="gw-model")
     decide(WorkflowPolicy(spec2, gw2))
     assert gw2.requests[0]["seed"] is None and gw2.requests[0]["model"] == "gw-model"
-    gw3 = ScriptedGateway([act("noop")])
+    gw3 = ScriptedChat([act("noop")])
     decide(WorkflowPolicy(spec2, gw3, model="kw-model", max_tokens=50))
     assert gw3.requests[0]["model"] == "kw-model" and gw3.requests[0]["max_tokens"] == 50
 
@@ -392,20 +390,20 @@ def test_actions_come_from_the_world_registry_handed_over(tmp_path: Path) -> Non
     hands it the world's registry (``use_world_actions``) it describes and checks them; a
     registry given to the constructor is kept."""
     spec = make_spec(tmp_path, one_llm_step())
-    alone = ScriptedGateway([act("noop")])
+    alone = ScriptedChat([act("noop")])
     decide(WorkflowPolicy(spec, alone))
     user = alone.user_prompts()[0]
     assert "- read_artifact\n" in user and "read_artifact(" not in user
     branches = alone.requests[0]["tools"][0]["function"]["parameters"]["properties"]["action"]
     assert "anyOf" not in branches  # no argument schemas without a registry
 
-    handed = ScriptedGateway([act("noop")])
+    handed = ScriptedChat([act("noop")])
     policy = WorkflowPolicy(spec, handed)
     policy.use_world_actions(ECOLOGY_ACTIONS, "ecology")
     decide(policy)
     assert "- read_artifact(artifact_id" in handed.user_prompts()[0]
 
-    own = WorkflowPolicy(spec, ScriptedGateway([act("noop")]), registry=ECOLOGY_ACTIONS)
+    own = WorkflowPolicy(spec, ScriptedChat([act("noop")]), registry=ECOLOGY_ACTIONS)
     own.use_world_actions(ECOLOGY_ACTIONS.extend(), "other")
     assert own.registry is ECOLOGY_ACTIONS
 
@@ -416,7 +414,7 @@ def test_ooda_schema_and_reasoning(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, wf)
     reply = act("noop", situation_assessment="quiet", action_rationale="wait")
     reply.tool_calls[0].arguments.pop("thought_process")
-    gw = ScriptedGateway([reply])
+    gw = ScriptedChat([reply])
     req = decide(WorkflowPolicy(spec, gw))
     assert req.reasoning == "Situation: quiet\nRationale: wait"
     params = gw.requests[0]["tools"][0]["function"]["parameters"]
@@ -440,7 +438,7 @@ def test_ooda_schema_and_reasoning(tmp_path: Path) -> None:
 )
 def test_json_in_text_is_accepted(tmp_path: Path, content: str, expected: tuple) -> None:
     spec = make_spec(tmp_path, one_llm_step())
-    req = decide(WorkflowPolicy(spec, ScriptedGateway([text(content)])))
+    req = decide(WorkflowPolicy(spec, ScriptedChat([text(content)])))
     assert (req.action_name, req.arguments) == expected
     assert req.metadata["parse_path"] == "json_text"
 
@@ -457,7 +455,7 @@ def test_rag_and_working_memory_go_into_the_prompt(tmp_path: Path) -> None:
         {"time_step": 2, "kind": "event", "text": "weather artifact pays 5 scrip"},
         {"time_step": 3, "kind": "note", "text": "beta owes me"},
     ]
-    gw = ScriptedGateway([act("noop")])
+    gw = ScriptedChat([act("noop")])
     decide(WorkflowPolicy(spec, gw), memory=memory, working_memory={"plan": "sell weather"})
     user = gw.user_prompts()[0]
     # agent_ecology 599d43d3 agent.py build_prompt: "## Your Memories" and "## Your Working
@@ -469,14 +467,14 @@ def test_rag_and_working_memory_go_into_the_prompt(tmp_path: Path) -> None:
 
 def test_no_actions_offered(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(on_failure="fail"))
-    req = decide(WorkflowPolicy(spec, ScriptedGateway()), tools=[])
+    req = decide(WorkflowPolicy(spec, ScriptedChat()), tools=[])
     assert req.metadata["fallback_reason"] == "step 'act' failed: no actions available"
 
 
 # -- agent state, determinism, sync/async, fatal errors -----------------------------------------
 def test_bad_agent_state_starts_over(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(on_failure="skip"))
-    policy = WorkflowPolicy(spec, ScriptedGateway([act("noop"), act("noop")]))
+    policy = WorkflowPolicy(spec, ScriptedChat([act("noop"), act("noop")]))
     req = decide(policy, 3, {"state": "gone", "variables": {}})
     assert "state 'gone' is not defined" in req.metadata["agent_state_reset"]
     assert req.metadata["agent_state"]["decisions"] == 1
@@ -487,8 +485,8 @@ def test_bad_agent_state_starts_over(tmp_path: Path) -> None:
 def test_fatal_errors_propagate(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, one_llm_step(on_failure="skip"))
     with pytest.raises(FatalBoom):
-        decide(WorkflowPolicy(spec, ScriptedGateway([FatalBoom("replay miss")])))
-    policy = WorkflowPolicy(spec, ScriptedGateway([FatalBoom("replay miss")]))
+        decide(WorkflowPolicy(spec, ScriptedChat([FatalBoom("replay miss")])))
+    policy = WorkflowPolicy(spec, ScriptedChat([FatalBoom("replay miss")]))
     with pytest.raises(FatalBoom):
         asyncio.run(
             policy.adecide(run_id="r", time_step=0, agent_id="tester", observation=observation())
@@ -576,7 +574,7 @@ def test_alpha_2_pivots_when_stuck() -> None:
     """Three failed read_artifact in a row -> stuck_in_loop -> should_pivot -> the review asks,
     the model pivots back to self_audit, and next decision the strategy rotates."""
     spec = load_agent(LOOPS / "loop_alpha")
-    gw = ScriptedGateway(by_tool={CHOOSE_TOOL: [choose("pivot")], ACT_TOOL: [act("noop")]})
+    gw = ScriptedChat(by_tool={CHOOSE_TOOL: [choose("pivot")], ACT_TOOL: [act("noop")]})
     policy = WorkflowPolicy(spec, gw)
     failing = [{"time_step": t, "action": "read_artifact", "success": False} for t in range(3)]
     last = {"action": "read_artifact", "success": False, "reason": "not found"}

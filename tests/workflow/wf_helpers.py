@@ -1,8 +1,10 @@
-"""Shared pieces for workflow tests: agent folders on disk, a scripted gateway, observations."""
+"""Shared pieces for workflow tests: agent folders on disk, replies, observations.
+
+The scripted gateway they are handed is ``tests.support.scripted.ScriptedChat``.
+"""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,49 +69,6 @@ class Boom(Exception):
 
 class FatalBoom(RunStoppingError):
     """A failure that must stop the run (as a replay miss does)."""
-
-
-class ScriptedGateway:
-    """Replies from a list, in order (an exception in the list is raised); records requests.
-    ``by_tool`` picks replies per forced tool name instead, cycling through each list."""
-
-    def __init__(
-        self,
-        replies: list[Any] | None = None,
-        *,
-        by_tool: Mapping[str, list[Any]] | None = None,
-        model: str = "scripted",
-    ) -> None:
-        self.replies = list(replies or [])
-        self.by_tool = {k: list(v) for k, v in (by_tool or {}).items()}
-        self.counts: dict[str, int] = {}
-        self.requests: list[dict[str, Any]] = []
-        self.model = model
-
-    def _next(self, request: dict[str, Any]) -> Any:
-        self.requests.append(copy.deepcopy(request))
-        tool = (request.get("tool_choice") or {}).get("function", {}).get("name")
-        if self.by_tool and tool in self.by_tool:
-            options = self.by_tool[tool]
-            i = self.counts.get(tool, 0)
-            self.counts[tool] = i + 1
-            reply = options[i % len(options)]
-        elif self.replies:
-            reply = self.replies.pop(0)
-        else:
-            raise AssertionError("scripted gateway ran out of replies")
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-    def chat(self, **request: Any) -> LLMResponse:
-        return self._next(request)
-
-    async def achat(self, **request: Any) -> LLMResponse:
-        return self._next(request)
-
-    def user_prompts(self) -> list[str]:
-        return [r["messages"][-1]["content"] for r in self.requests]
 
 
 def observation(t: int = 0, agent_state: Any = None, **overrides: Any) -> dict[str, Any]:

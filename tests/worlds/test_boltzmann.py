@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from vivarium import Experiment, Run, TraceDb
-from vivarium.runner import resume_run
+from vivarium.experiment.runner import resume_run
 from vivarium.trace.validate import validate_trace
 from vivarium.types import ActionRequest
 from vivarium.worlds.boltzmann import (
@@ -147,7 +147,7 @@ def test_gini() -> None:
 def test_built_in_imported_when_used_and_swept_in_workers(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from vivarium.build import known_names\n"
+        "from vivarium.experiment.build import known_names\n"
         "assert 'boltzmann' in known_names('world') and 'boltzmann' in known_names('policy')\n"
         "assert 'vivarium.worlds.boltzmann' not in sys.modules\n"
     )

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from vivarium.build import BUILTIN_WORLDS as BUILD_WORLDS
 from vivarium.errors import ConfigError
+from vivarium.experiment.build import BUILTIN_WORLDS as BUILD_WORLDS
 from vivarium.types import ActionRequest, ActionResult
 from vivarium.worlds import ObservationKey, describe
 from vivarium.worlds.boltzmann import BOLTZMANN_ACTIONS, BoltzmannWorld

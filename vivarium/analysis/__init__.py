@@ -21,7 +21,9 @@ right table, or a list of these (``loading``), and work on a sweep's merged fram
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vivarium.lazy import lazy_names
 
 if TYPE_CHECKING:
     from vivarium.analysis.metrics import (
@@ -66,20 +68,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a metric (and polars) or a submodule on first use."""
-    import importlib
-
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"vivarium.analysis.{_LAZY[name]}"), name)
-    elif name in _MODULES:
-        value = importlib.import_module(f"vivarium.analysis.{name}")
-    else:
-        raise AttributeError(f"module 'vivarium.analysis' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``)."""
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(
+    __name__, {name: f"{__name__}.{module}" for name, module in _LAZY.items()}, __all__, _MODULES
+)

@@ -9,6 +9,10 @@
   ``step``, ``agent_id``, one column per agent reporter) whose reporters include ``x`` and
   ``y``, at one ``step`` (the last by default).
 
+What a live world offers is read through the world protocols of ``vivarium.worlds.base``
+(``GridWorld``, ``PositionedWorld``, ``SizedWorld``, ``AgentReportingWorld``,
+``AgentListWorld``), checked once when the world is handed over (``live_world``).
+
 ``color_by`` is a reporter name (a column of the frame, or a key of the live world's
 ``agent_reporters``), a mapping ``agent_id -> value``, or a sequence aligned with the world's
 agents. Numbers get a colour scale and a colourbar; categories (strings, bools, or numbers with
@@ -23,14 +27,16 @@ inside the function.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from vivarium.analysis.style import category_colors, figure_width, freeze_style, paper_style
 from vivarium.errors import ConfigError
 from vivarium.optional import require
+from vivarium.protocols import implements
 
-__all__ = ["world_positions", "world_view"]
+__all__ = ["LiveWorld", "live_world", "world_positions", "world_view"]
 
 Cell = tuple[int, int]
 MAX_GRIDLINES = 40  # draw cell borders up to this many cells a side
@@ -82,23 +88,72 @@ def world_view(
     return _draw(positions, values, w, h, ax, categorical, cmap, width, title or note, color_by)
 
 
+@dataclass(frozen=True, slots=True)
+class LiveWorld:
+    """What the world view can draw of a live world, as it is now: checked once, when handed.
+
+    Attributes:
+        positions: Each agent's cell: its grid's ``positions()`` (``GridWorld``), its own
+            (``PositionedWorld``), or its ``x`` and ``y`` agent reporters aligned with its
+            ``agent_ids``; None when it has none of them.
+        agent_reporters: Its agent reporters (``AgentReportingWorld``), its class's with its
+            own on top.
+        agent_ids: Its own list of its agents (``AgentListWorld``), or None.
+        size: ``(width, height)`` of its grid, else of itself (``SizedWorld``), or None.
+    """
+
+    positions: dict[str, Any] | None
+    agent_reporters: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    agent_ids: list[Any] | None = None
+    size: tuple[int, int] | None = None
+
+
+def live_world(world: Any) -> LiveWorld:
+    """What ``world`` offers the world view, read through the world protocols once.
+
+    A ``grid`` without ``positions()`` (an array of cells, say) or a ``width`` that is not an
+    int is the world's own business: it is not drawn from.
+    """
+    from vivarium.worlds.base import (
+        AgentListWorld,
+        AgentReportingWorld,
+        GridWorld,
+        PositionedWorld,
+        SizedWorld,
+    )
+
+    grid = world.grid if implements(world, GridWorld) else None
+    own = (world.agent_reporters if implements(world, AgentReportingWorld) else None) or {}
+    kind = type(world)
+    of_class = (kind.agent_reporters if implements(kind, AgentReportingWorld) else None) or {}
+    listed = world.agent_ids if implements(world, AgentListWorld) else None
+    ids = list(listed) if listed is not None else None
+    positions = None
+    if grid is not None and implements(grid, PositionedWorld):
+        positions = dict(grid.positions())
+    elif implements(world, PositionedWorld):
+        positions = dict(world.positions())
+    elif ids is not None and "x" in own and "y" in own:
+        xs, ys = _aligned(own["x"](world), ids), _aligned(own["y"](world), ids)
+        positions = {str(a): (x, y) for a, x, y in zip(ids, xs, ys, strict=True)}
+    size = None
+    for holder in (grid, world):
+        if holder is not None and implements(holder, SizedWorld):
+            w, h = holder.width, holder.height
+            if isinstance(w, int) and isinstance(h, int):
+                size = (w, h)
+                break
+    return LiveWorld(positions, {**of_class, **own}, ids, size)
+
+
 def world_positions(world: Any) -> dict[str, Cell] | None:
     """The live positions of ``world``, or None when it has none.
 
     Its grid's (``world.grid.positions()``), its own ``positions()``, or, for a world that keeps
-    positions in arrays, its ``x`` and ``y`` agent reporters aligned with its ``agent_ids``.
+    positions in arrays, its ``x`` and ``y`` agent reporters aligned with its ``agent_ids``
+    (see ``live_world``).
     """
-    grid = getattr(world, "grid", None)
-    if grid is not None and callable(getattr(grid, "positions", None)):
-        return dict(grid.positions())
-    if callable(getattr(world, "positions", None)):
-        return dict(world.positions())
-    reporters = getattr(world, "agent_reporters", None) or {}
-    ids = getattr(world, "agent_ids", None)
-    if ids is not None and "x" in reporters and "y" in reporters:
-        xs, ys = _aligned(reporters["x"](world), ids), _aligned(reporters["y"](world), ids)
-        return {str(a): (x, y) for a, x, y in zip(ids, xs, ys, strict=True)}
-    return None
+    return live_world(world).positions
 
 
 def _aligned(values: Any, ids: Sequence[Any]) -> list[Any]:
@@ -112,7 +167,15 @@ def _aligned(values: Any, ids: Sequence[Any]) -> list[Any]:
 
 
 # -- inputs -------------------------------------------------------------------------------------
+@runtime_checkable
+class RunWithAgentVars(Protocol):
+    """A finished run (``vivarium.Run``, a sweep's runs): its ``agent_vars`` frame is drawn."""
+
+    agent_vars: Any
+
+
 def _is_frame(obj: Any) -> bool:
+    """A pandas or polars frame (not a user's world: a table handed to the view)."""
     return hasattr(obj, "columns") and (hasattr(obj, "iloc") or hasattr(obj, "filter"))
 
 
@@ -124,25 +187,25 @@ def _resolve(
     size: tuple[int, int] | None,
 ) -> tuple[dict[str, Cell], list[Any] | None, tuple[int, int], str | None]:
     """Positions, colour values aligned with them, the grid size and a title note."""
-    if _is_frame(world) or (not _is_frame(world) and hasattr(world, "agent_vars")):
-        frame = world if _is_frame(world) else world.agent_vars
-        return _from_frame(frame, color_by, step, run_id, size)
+    if _is_frame(world):
+        return _from_frame(world, color_by, step, run_id, size)
+    if implements(world, RunWithAgentVars):
+        return _from_frame(world.agent_vars, color_by, step, run_id, size)
     if isinstance(world, Mapping):
         positions = {str(a): _cell(c) for a, c in world.items()}
-        order: Sequence[str] = list(positions)
-    else:
-        live = world_positions(world)
-        if live is None:
-            raise ConfigError(
-                f"world_view: {type(world).__name__} has no grid, positions() or x and y agent "
-                "reporters; pass a world with one, a mapping agent_id -> (x, y), a run or its "
-                "agent_vars frame"
-            )
-        positions = {str(a): _cell(c) for a, c in live.items()}
-        ids = getattr(world, "agent_ids", None)
-        order = [str(a) for a in ids] if ids is not None else list(positions)
-    values = _live_values(world, color_by, positions, order)
-    return positions, values, size or _size_of(world, positions.values()), None
+        values = _live_values(world, LiveWorld(None), color_by, positions, list(positions))
+        return positions, values, size or _extent(positions.values()), None
+    live = live_world(world)
+    if live.positions is None:
+        raise ConfigError(
+            f"world_view: {type(world).__name__} has no grid, positions() or x and y agent "
+            "reporters; pass a world with one, a mapping agent_id -> (x, y), a run or its "
+            "agent_vars frame"
+        )
+    positions = {str(a): _cell(c) for a, c in live.positions.items()}
+    order = [str(a) for a in live.agent_ids] if live.agent_ids is not None else list(positions)
+    values = _live_values(world, live, color_by, positions, order)
+    return positions, values, size or live.size or _extent(positions.values()), None
 
 
 def _cell(value: Any) -> Cell:
@@ -153,11 +216,8 @@ def _cell(value: Any) -> Cell:
         raise ConfigError(f"world_view: a position is (x, y), not {value!r}") from None
 
 
-def _size_of(world: Any, cells: Any) -> tuple[int, int]:
-    for holder in (getattr(world, "grid", None), world):
-        w, h = getattr(holder, "width", None), getattr(holder, "height", None)
-        if isinstance(w, int) and isinstance(h, int):
-            return w, h
+def _extent(cells: Any) -> tuple[int, int]:
+    """The smallest grid that holds ``cells``."""
     cells = list(cells)
     return (
         max((x for x, _ in cells), default=0) + 1,
@@ -166,14 +226,13 @@ def _size_of(world: Any, cells: Any) -> tuple[int, int]:
 
 
 def _live_values(
-    world: Any, color_by: Any, positions: dict[str, Cell], order: Sequence[str]
+    world: Any, live: LiveWorld, color_by: Any, positions: dict[str, Cell], order: Sequence[str]
 ) -> list[Any] | None:
     """``color_by`` on a live world, as one value per agent of ``positions``."""
     if color_by is None:
         return None
     if isinstance(color_by, str):
-        reporters = dict(getattr(type(world), "agent_reporters", None) or {})
-        reporters.update(getattr(world, "agent_reporters", None) or {})
+        reporters = live.agent_reporters
         reporter = reporters.get(color_by)
         if reporter is None:
             known = ", ".join(sorted(reporters)) or "none"

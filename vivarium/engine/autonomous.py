@@ -41,7 +41,7 @@ def to_seconds(ticks: int) -> float:
 
 
 class AutonomousSettings(Protocol):
-    """The pacing an autonomous run needs (``vivarium.config.AutonomousConfig`` has it)."""
+    """The pacing an autonomous run needs (``vivarium.experiment.config.AutonomousConfig`` has it)."""
 
     duration: float  # seconds of (virtual) time to run
     think_s: float  # time one action takes an agent

@@ -1,18 +1,20 @@
 """What a world and its policies can do: checked once, when an engine is built.
 
 The contracts are the protocols of ``vivarium.worlds.base`` and ``vivarium.policies.base``.
-Here they are checked against the objects of one run, and the answers kept in small frozen
-records the engine reads instead of probing objects while it steps. A missing required
-method, or half of a capability (``snapshot`` without ``restore``), is a one-line
-``ConfigError`` that names the method, before any step runs.
+Here they are checked against the objects of one run (``vivarium.protocols``), and the answers
+kept in small frozen records the engine reads instead of probing objects while it steps. A
+missing required method, half of a capability (``snapshot`` without ``restore``), or a
+capability of the wrong shape (``model_reporters`` that is not a mapping of names to callables)
+is a one-line ``ConfigError`` that names it, before any step runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Generic, Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from vivarium.engine.reporters import check_reporters
 from vivarium.errors import ConfigError
 from vivarium.policies.base import (
     AgentPolicy,
@@ -23,16 +25,29 @@ from vivarium.policies.base import (
     UsesAgentState,
     UsesWorldActions,
 )
+from vivarium.protocols import implements, protocol_members, require
 from vivarium.worlds.base import (
     ActionWorld,
+    AgentListWorld,
+    AgentReportingWorld,
     BatchWorld,
     CheckpointableWorld,
     LLMQuotaWorld,
     MessagingWorld,
+    ModelReportingWorld,
+    Reporter,
     World,
     world_name,
 )
 from vivarium.worlds.registry import ActionRegistry
+
+__all__ = [
+    "PolicyCapabilities",
+    "WorldCapabilities",
+    "check_policies",
+    "check_world",
+    "protocol_members",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +61,10 @@ class WorldCapabilities:
         checkpoints: It has ``snapshot`` and ``restore`` (``CheckpointableWorld``).
         llm_quota: It has ``over_llm_quota`` and ``record_llm_usage`` (``LLMQuotaWorld``).
         batch: It has ``batch_actions`` and ``apply_batch`` (``BatchWorld``).
+        model_reporters: Its model reporters (``ModelReportingWorld``), checked; else empty.
+        agent_reporters: Its agent reporters (``AgentReportingWorld``), checked; else empty.
+        agent_list: It keeps its own list of its agents (``AgentListWorld``), which its agent
+            reporters' sequences follow.
     """
 
     name: str
@@ -54,6 +73,9 @@ class WorldCapabilities:
     checkpoints: bool
     llm_quota: bool
     batch: bool
+    model_reporters: Mapping[str, Reporter] = field(default_factory=dict)
+    agent_reporters: Mapping[str, Reporter] = field(default_factory=dict)
+    agent_list: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,76 +99,46 @@ class PolicyCapabilities:
     batch: bool = False
 
 
-def protocol_members(protocol: type) -> tuple[str, ...]:
-    """The public methods and attributes a protocol declares, in declaration order."""
-    names: dict[str, None] = {}
-    for base in reversed(protocol.__mro__):
-        if base in (object, Protocol, Generic):
-            continue
-        for name in (*vars(base).get("__annotations__", {}), *vars(base)):
-            if not name.startswith("_"):
-                names[name] = None
-    return tuple(names)
-
-
-def _is_method(protocol: type, name: str) -> bool:
-    member = vars(protocol).get(name)
-    return callable(member) or isinstance(member, classmethod | staticmethod)
-
-
-def _lacking(obj: object, protocol: type) -> list[str]:
-    """The members of ``protocol`` that ``obj`` lacks.
-
-    A method it has as something that cannot be called counts as lacking.
-    """
-    return [
-        name
-        for name in protocol_members(protocol)
-        if not hasattr(obj, name)
-        or (_is_method(protocol, name) and not callable(getattr(obj, name)))
-    ]
-
-
-def _called(name: str, protocol: type) -> str:
-    return f"{name}()" if _is_method(protocol, name) else name
-
-
-def _has(obj: object, protocol: type, owner: str) -> bool:
-    """Whether ``obj`` implements ``protocol``; half of it is a ``ConfigError``."""
-    lacking = _lacking(obj, protocol)
-    if not lacking:
-        return True
-    members = protocol_members(protocol)
-    if len(lacking) == len(members):
-        return False
-    present = next(m for m in members if m not in lacking)
-    raise ConfigError(
-        f"{owner} has {_called(present, protocol)} but no {_called(lacking[0], protocol)} "
-        f"method (a {protocol.__name__} needs {', '.join(_called(m, protocol) for m in members)})"
-    )
-
-
-def _require(obj: object, protocol: type, owner: str) -> None:
-    for name in _lacking(obj, protocol):
-        raise ConfigError(f"{owner} has no {_called(name, protocol)} method")
-
-
 def check_world(world: object) -> WorldCapabilities:
     """Check ``world`` against the World contract; return what else it can do.
 
     Raises:
-        ConfigError: A method of ``World`` is missing, or half of a capability.
+        ConfigError: A method of ``World`` is missing, half of a capability, or a capability
+            of the wrong shape (reporters that are not a mapping of names to callables, an
+            ``agent_ids`` that is not a list of ids).
     """
     owner = f"world {type(world).__name__}"
-    _require(world, World, owner)
-    registry = world.registry if isinstance(world, ActionWorld) else None
+    require(world, World, owner)
+    registry = world.registry if implements(world, ActionWorld) else None
+    model = world.model_reporters if implements(world, ModelReportingWorld) else None
+    agent = world.agent_reporters if implements(world, AgentReportingWorld) else None
+    agent_list = implements(world, AgentListWorld)
+    if agent_list:
+        _check_agent_ids(world.agent_ids, owner)
     return WorldCapabilities(
         name=world_name(world),
         registry=registry if isinstance(registry, ActionRegistry) else None,
-        messages=_has(world, MessagingWorld, owner),
-        checkpoints=_has(world, CheckpointableWorld, owner),
-        llm_quota=_has(world, LLMQuotaWorld, owner),
-        batch=_has(world, BatchWorld, owner),
+        messages=implements(world, MessagingWorld, owner),
+        checkpoints=implements(world, CheckpointableWorld, owner),
+        llm_quota=implements(world, LLMQuotaWorld, owner),
+        batch=implements(world, BatchWorld, owner),
+        model_reporters=check_reporters(model, "model_reporters"),
+        agent_reporters=check_reporters(agent, "agent_reporters"),
+        agent_list=agent_list,
+    )
+
+
+def _check_agent_ids(ids: object, owner: str) -> None:
+    """Refuse an ``agent_ids`` that is no list of agent ids (None is fine: no list for now).
+
+    Raises:
+        ConfigError: names what it is instead (one line).
+    """
+    if ids is None or (isinstance(ids, Iterable) and not isinstance(ids, str | bytes)):
+        return
+    raise ConfigError(
+        f"{owner}: agent_ids is {type(ids).__name__}, not a sequence of agent ids "
+        "(an AgentListWorld lists its agents in the order its agent reporters follow)"
     )
 
 
@@ -160,16 +152,16 @@ class _ClassCapabilities:
 
 
 def _class_capabilities(policy: object, owner: str) -> _ClassCapabilities:
-    _require(policy, AgentPolicy, owner)
+    require(policy, AgentPolicy, owner)
     return _ClassCapabilities(
         methods=PolicyCapabilities(
-            is_async=_has(policy, AsyncAgentPolicy, owner),
-            stateful=_has(policy, StatefulPolicy, owner),
-            uses_world_actions=_has(policy, UsesWorldActions, owner),
-            batch=_has(policy, BatchPolicy, owner),
+            is_async=implements(policy, AsyncAgentPolicy, owner),
+            stateful=implements(policy, StatefulPolicy, owner),
+            uses_world_actions=implements(policy, UsesWorldActions, owner),
+            batch=implements(policy, BatchPolicy, owner),
         ),
-        has_agent_state_flag=isinstance(policy, UsesAgentState),
-        has_gateway=isinstance(policy, CallsLLM),
+        has_agent_state_flag=implements(policy, UsesAgentState),
+        has_gateway=implements(policy, CallsLLM),
     )
 
 

@@ -36,14 +36,14 @@ from vivarium.gateways.base import (
     stop_answering,
     stop_collecting,
 )
+from vivarium.settings import (
+    DEFAULT_AGENT_RETRIES,
+    DEFAULT_MAX_CONCURRENCY,  # async decisions of one step in flight at once (its one home)
+    DEFAULT_ON_LLM_ERROR,
+)
 from vivarium.types import ActionRequest
 
 T = TypeVar("T")
-
-# Async decisions of one step in flight at once, unless the run says otherwise: the one place
-# this default is written (``WorldEngineConfig.max_concurrency``; an experiment's
-# ``max_concurrency``, or its older spelling ``llm.max_concurrency``, when not given).
-DEFAULT_MAX_CONCURRENCY = 16
 
 
 @dataclass(slots=True)
@@ -184,8 +184,8 @@ class Decider:
         *,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         timeout_s: float | None = None,
-        retries: int = 0,
-        on_llm_error: str = "stop",
+        retries: int = DEFAULT_AGENT_RETRIES,
+        on_llm_error: str = DEFAULT_ON_LLM_ERROR,
         capabilities: Sequence[PolicyCapabilities] | None = None,
     ) -> None:
         """Get ready to ask ``policies`` (one per agent id, in the same order).

@@ -24,18 +24,15 @@ trace's ``interruptions`` table (``_record_interruption``).
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from vivarium.engine.capabilities import check_policies, check_world
 from vivarium.engine.deciding import (
-    DEFAULT_MAX_CONCURRENCY,
     Decider,
     Decision,
     older_objects_frozen,
@@ -43,29 +40,36 @@ from vivarium.engine.deciding import (
 from vivarium.engine.interrupts import interrupts_deferred
 from vivarium.engine.lean import lean_eligible, step_lean
 from vivarium.engine.reporters import REPORTERS_META_KEY, Reporters, check_resumed
+from vivarium.engine.rows import DecisionRows
 from vivarium.errors import ConfigError, ResumeDiverged, RunInterrupted
-from vivarium.policies.base import AgentPolicy, BatchDecider, policy_name
+from vivarium.policies.base import AgentPolicy, BatchDecider, policy_name, policy_seed
 from vivarium.seeding import agent_sort_key, canonical_json, derive_seed
-from vivarium.trace.db import TraceDb
-from vivarium.trace.records import (
-    GENESIS_HASH,
-    StepRecord,
-    check_messages,
-    encode_column,
-    encode_object,
-    hash_record,
+from vivarium.settings import (
+    DEFAULT_AGENT_RETRIES,
+    DEFAULT_DETERMINISTIC_TIMESTAMPS,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MESSAGE_HISTORY_LIMIT,
+    DEFAULT_ON_LLM_ERROR,
+    DEFAULT_ORDER,
+    DEFAULT_SCHEDULING,
 )
+from vivarium.trace.db import TraceDb
+from vivarium.trace.records import GENESIS_HASH, StepRecord, check_messages, hash_record
 from vivarium.trace.schema import MAX_AGENTS_PER_STEP
-from vivarium.trace.values import UnrecordableValue
-from vivarium.types import ActionRequest, ActionResult, RunMetadata
-from vivarium.worlds.base import World, world_name
+from vivarium.types import RunMetadata
+from vivarium.worlds.base import World
 
 Scheduling = Literal["sequential", "simultaneous"]
 Order = Literal["sorted", "shuffle"]
 
 
 class WorldEngineConfig(BaseModel):
-    """How the engine steps: run id, scheduling, ordering and what observations carry."""
+    """How the engine steps: run id, scheduling, ordering and what observations carry.
+
+    Each setting is the experiment config's (``vivarium.experiment.config.ExperimentConfig``, where it is
+    defined), translated by ``vivarium.experiment.runner.build_engine``; the defaults are the same constants
+    of ``vivarium.settings``, so an engine built by hand steps as a run of the default config.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -73,10 +77,10 @@ class WorldEngineConfig(BaseModel):
     seed: int = Field(
         default=0, ge=0, description="Seeds the per-step shuffle when order='shuffle'."
     )
-    deterministic_timestamps: bool = True
-    message_history_limit: int = Field(default=20, ge=0)
-    scheduling: Scheduling = "sequential"
-    order: Order = "sorted"
+    deterministic_timestamps: bool = DEFAULT_DETERMINISTIC_TIMESTAMPS
+    message_history_limit: int = Field(default=DEFAULT_MESSAGE_HISTORY_LIMIT, ge=0)
+    scheduling: Scheduling = DEFAULT_SCHEDULING
+    order: Order = DEFAULT_ORDER
     batch: bool = Field(
         default=True,
         description="Let policies that can (random agents) decide a whole step in one batch.",
@@ -87,27 +91,17 @@ class WorldEngineConfig(BaseModel):
     agent_timeout_s: float | None = Field(
         default=None, gt=0, description="Per-attempt limit for an async decision."
     )
-    agent_retries: int = Field(default=0, ge=0, description="Retries after a timeout or error.")
+    agent_retries: int = Field(
+        default=DEFAULT_AGENT_RETRIES, ge=0, description="Retries after a timeout or error."
+    )
     on_llm_error: Literal["stop", "fallback"] = Field(
-        default="stop",
+        default=DEFAULT_ON_LLM_ERROR,
         description="An LLM outage past the retries: stop the run (interrupted, resumable) or "
         "record fallbacks.",
     )
 
 
 StepCallback = Callable[[int, StepRecord], None]
-
-
-_json_or_none = encode_object  # canonical JSON of a non-empty mapping, else None
-
-
-def _reason(error: Any) -> str | None:
-    """A refusal's reason as the trace keeps it: text (a world's ``failed(exc)`` is its str)."""
-    return error if error is None or type(error) is str else str(error)
-
-
-def _quoted_names(names: tuple[str, ...]) -> np.ndarray:
-    return np.array([json.dumps(name, ensure_ascii=False) for name in names], dtype=object)
 
 
 class WorldEngine:
@@ -128,7 +122,7 @@ class WorldEngine:
         *,
         metadata: RunMetadata | None = None,
         checkpoint_every: int | None = None,
-        agent_seeds: Mapping[str, int] | None = None,
+        agent_seeds: Mapping[str, int | None] | None = None,
     ) -> None:
         """Check the world and the policies, and get ready to run step 0.
 
@@ -140,7 +134,9 @@ class WorldEngine:
             metadata: What to record about the run; None derives it from ``config``.
             checkpoint_every: Write a checkpoint after every this many steps (a world that
                 cannot ``snapshot()`` its state is refused: its checkpoints would be empty).
-            agent_seeds: The seed each agent runs on, recorded in the agents table.
+            agent_seeds: The seed each agent runs on, recorded in the agents table as given
+                (for a run, ``vivarium.experiment.build.recorded_seeds`` decides them all); an agent it
+                does not name records what its policy reports (``policy_seed``).
 
         Raises:
             ConfigError: No agents, too many, a world or policy that breaks its contract, or
@@ -179,15 +175,18 @@ class WorldEngine:
         self._step_record: StepRecord | None = None
         self._batch: BatchDecider | None = None
         self._batch_checked = False
-        self._batch_texts_checked = False
         self._world_batch_actions: frozenset[str] = frozenset()
         self._run_started = False
-        self._json_cache: dict[Any, Any] = {}
+        # The one writer of decision rows, whichever path decides a step (engine.rows).
+        self.rows = DecisionRows(self.agent_ids, world)
         self._stateful = [c.uses_agent_state for c in self.capabilities]
         self.agent_states: dict[int, Any] = {}
         self.checkpoint_every = checkpoint_every
         # Mesa-style model and agent reporters (the world's, and the experiment's in force).
-        self.reporters = Reporters.of(world, self.agent_ids)
+        caps = self.world_capabilities
+        self.reporters = Reporters.of(
+            caps.model_reporters, caps.agent_reporters, self.agent_ids, caps.agent_list
+        )
         self._init_report: tuple[list[Any], list[Any]] | None = None
         self._reporters_checked = False
         self.decider = Decider(
@@ -201,7 +200,13 @@ class WorldEngine:
             capabilities=self.capabilities,
         )
         # Plain sync policies decide on the lean path (the same rows, less per decision).
-        self._lean = lean_eligible(self)
+        self._lean = lean_eligible(
+            scheduling=config.scheduling,
+            retries=config.agent_retries,
+            on_llm_error=config.on_llm_error,
+            any_async=self.decider.any_async,
+            llm_quota=self.world_capabilities.llm_quota,
+        )
 
     def _hand_world_actions(self) -> None:
         """Hand the world's action registry to the policies that describe actions to a model.
@@ -248,57 +253,18 @@ class WorldEngine:
                 )
         return self._batch
 
-    def _step_batch(self, t: int, batch: BatchDecider, record: StepRecord) -> None:
+    def _step_batch(self, t: int, batch: BatchDecider) -> None:
         """Every agent in one batch: the decisions and outcomes arrive as stored columns."""
         order = self.order(t) if self.config.order == "shuffle" else None
         decisions = batch.decide_batch(t, order)
-        codes = np.asarray(decisions.codes)
-        n = len(codes)
+        n = len(decisions.codes)
         if n != len(self.agent_ids):
             raise ConfigError(
                 f"{type(batch).__name__}.decide_batch: {n} rows for {len(self.agent_ids)} agents"
             )
-        if order is None:
-            outcomes = self.world.apply_batch(decisions, self.agent_ids)
-            agent_json = self._cached_json(("agents", n), lambda: encode_column(list(range(n))))
-        else:
-            outcomes = self.world.apply_batch(decisions, [self.agent_ids[i] for i in order])
-            agent_json = encode_column(order)
-        names = decisions.action_names
-        quoted = self._cached_json(("names", names), lambda: self._batchable(batch, names))
-        if not self._batch_texts_checked:
-            self._batch_texts_checked = True
-            _check_batch_texts(batch, decisions, outcomes, n)
-        record.n_actions = n
-        record.encoded = (
-            agent_json,
-            "[" + ",".join(quoted[codes].tolist()) + "]",
-            decisions.arguments,
-            decisions.reasoning,
-            decisions.metadata,
-            outcomes.success,
-            outcomes.result,
-            outcomes.error,
-            None,  # fallback: a batch decision is always an action
-        )
-
-    def _batchable(self, batch: BatchDecider, names: tuple[str, ...]) -> np.ndarray:
-        """The quoted names of a batch's actions, each checked to be one the world batches.
-
-        A name the world does not apply in batches would be recorded as a success it never had.
-        """
-        missing = sorted(set(names) - self._world_batch_actions)
-        if missing:
-            raise ConfigError(
-                f"{type(batch).__name__} decided {', '.join(missing)}, which world "
-                f"{world_name(self.world)} does not apply in batches"
-            )
-        return _quoted_names(names)
-
-    def _cached_json(self, key: Any, make: Callable[[], Any]) -> Any:
-        if key not in self._json_cache:
-            self._json_cache[key] = make()
-        return self._json_cache[key]
+        ids = self.agent_ids if order is None else [self.agent_ids[i] for i in order]
+        outcomes = self.world.apply_batch(decisions, ids)
+        self.rows.batch(batch, decisions, outcomes, order, self._world_batch_actions)
 
     # -- the general path ---------------------------------------------------------------------
     def _observe(self, idx: int, t: int) -> dict[str, Any]:
@@ -307,13 +273,12 @@ class WorldEngine:
             observation = {**observation, "agent_state": self.agent_states.get(idx)}
         return observation
 
-    def _commit(self, idx: int, t: int, decision: Decision, record: StepRecord) -> None:
-        record.llm_calls.extend(call.row(idx) for call in decision.calls)
+    def _commit(self, idx: int, t: int, decision: Decision, rows: DecisionRows) -> None:
+        """Record one agent's decision: its calls, its state and transitions, then its row."""
+        rows.calls(idx, decision.calls)
         request = decision.request
         if request is None:  # the policy failed: a fallback noop, never applied to the world
-            record.add_action(
-                idx, "noop", None, None, None, False, None, decision.error, fallback=True
-            )
+            rows.failed(idx, decision.error)
             return
         if "agent_state" in request.metadata or "transitions" in request.metadata:
             # Agent state is the engine's to keep (and checkpoint); transitions get their own
@@ -322,93 +287,43 @@ class WorldEngine:
             state = metadata.pop("agent_state", None)
             if self._stateful[idx]:
                 self.agent_states[idx] = state
-            for tr in metadata.pop("transitions", None) or []:
-                record.transitions.append(
-                    (
-                        idx,
-                        tr.get("from_state"),
-                        str(tr.get("to_state")),
-                        tr.get("trigger"),
-                        1 if tr.get("routine") else 0,
-                        tr.get("reason") or None,
-                    )
-                )
+            for transition in metadata.pop("transitions", None) or []:
+                rows.transition(idx, transition)
             request = request.model_copy(update={"metadata": metadata})
         if decision.calls and self.world_capabilities.llm_quota:
             tokens = sum(
                 (c.prompt_tokens or 0) + (c.completion_tokens or 0) for c in decision.calls
             )
             self.world.record_llm_usage(self.agent_ids[idx], tokens)
-        # Recorded as the world receives them: encoded before it acts (a world that changes
-        # the arguments it was given cannot change what was recorded).
-        arguments = self._recorded(idx, t, request, "the policy's arguments", request.arguments)
-        if request.agent_id != self.agent_ids[idx] or request.time_step != t:
-            result = ActionResult.failed(
-                f"request names agent {request.agent_id!r} at step {request.time_step}, "
-                f"expected {self.agent_ids[idx]!r} at step {t}"
-            )
-        else:
-            try:
-                result = self.world.apply(request)
-            except Exception as exc:  # a world bug must not lose the run
-                result = ActionResult.failed(f"world error: {type(exc).__name__}: {exc}")
-        if request.metadata.get("parse_path") == "fallback":
-            # The policy had no usable action (an unusable reply, a failed workflow step): the
-            # world saw its noop, and the row has the one layout of every fallback, the same as
-            # a policy error's: not a success, the reason in ``error``, ``fallback`` set.
-            metadata = dict(request.metadata)
-            reason = metadata.pop("fallback_reason", None) or "no usable action"
-            record.add_action(
-                idx,
-                request.action_name,
-                arguments,
-                request.reasoning,
-                self._recorded(idx, t, request, "the policy's metadata", metadata),
-                False,
-                None,
-                str(reason),
-                fallback=True,
-            )
-            return
-        record.add_action(
-            idx,
-            request.action_name,
-            arguments,
-            request.reasoning,
-            self._recorded(idx, t, request, "the policy's metadata", request.metadata),
-            result.success,
-            self._recorded(idx, t, request, "the world's result", result.result),
-            _reason(result.error),
-        )
+        rows.act(idx, request)
 
-    def _recorded(
-        self, idx: int, t: int, request: ActionRequest, part: str, value: dict[str, Any] | None
-    ) -> str | None:
-        """``value`` as the trace stores it, or one line naming it if it cannot be recorded.
-
-        Raises:
-            UnrecordableValue: names the agent, step, action and the part of the decision.
-        """
-        try:
-            return _json_or_none(value)
-        except UnrecordableValue as exc:
-            raise exc.in_decision(self.agent_ids[idx], t, request.action_name, part) from None
-
-    def _step_general(self, t: int, record: StepRecord, agents: list[int] | None = None) -> None:
+    def _step_general(self, t: int, agents: list[int] | None = None) -> None:
         order = self.order(t)
         if agents is not None:
             chosen = set(agents)
             order = [idx for idx in order if idx in chosen]
 
-        decider = self.decider
+        decider, rows = self.decider, self.rows
         if self._lean:
-            step_lean(self, t, order, record)
+            step_lean(
+                t,
+                order,
+                rows,
+                run_id=self.config.run_id,
+                agent_ids=self.agent_ids,
+                policies=self.policies,
+                observe=self.world.observe,
+                states=self.agent_states,
+                stateful=self._stateful,
+                pending=decider.pending,
+                commit=self._commit,
+            )
         elif self.config.scheduling == "sequential":
             for idx in order:
                 if (barred := self._barred(idx)) is not None:
-                    record.add_action(idx, "noop", None, None, None, False, None, barred)
+                    rows.barred(idx, barred)
                     continue
-                self._commit(idx, t, decider.decide_sync(idx, t, self._observe(idx, t)), record)
+                self._commit(idx, t, decider.decide_sync(idx, t, self._observe(idx, t)), rows)
         else:
             bars = {idx: barred for idx in order if (barred := self._barred(idx)) is not None}
             items = [(idx, self._observe(idx, t)) for idx in order if idx not in bars]
@@ -417,9 +332,9 @@ class WorldEngine:
             )
             for idx in order:
                 if idx in bars:
-                    record.add_action(idx, "noop", None, None, None, False, None, bars[idx])
+                    rows.barred(idx, bars[idx])
                 else:
-                    self._commit(idx, t, decided[idx], record)
+                    self._commit(idx, t, decided[idx], rows)
 
     def _barred(self, idx: int) -> str | None:
         """Why an agent may not decide this step (no model call is made), or None.
@@ -462,8 +377,12 @@ class WorldEngine:
             self._run_started = True
 
     def _recorded_seed(self, agent_id: str, policy: object) -> str | None:
-        seed = self.agent_seeds.get(agent_id)
-        return _agent_seed(policy, agent_id) if seed is None else str(seed)
+        """As ``agent_seeds`` gives it; an agent it does not name: as its policy reports it."""
+        if agent_id in self.agent_seeds:
+            seed = self.agent_seeds[agent_id]
+        else:
+            seed = policy_seed(policy, agent_id)
+        return None if seed is None else str(seed)
 
     def step(
         self,
@@ -489,11 +408,13 @@ class WorldEngine:
             self._init_report = self.reporters.collect(self.world, -1)
         record = self._step_record = StepRecord(step=t, clock=clock)
         self.decider.pending.clear()
+        self.rows.begin(record)
         batch = self._batch_decider() if agents is None else None
         if batch is not None:
-            self._step_batch(t, batch, record)
+            self._step_batch(t, batch)
         else:
-            self._step_general(t, record, agents)
+            self._step_general(t, agents)
+        self.rows.end()
         if self.world_capabilities.messages:
             record.messages = self.world.take_messages()
             check_messages(record.messages, t)  # as given, or one line before the step commits
@@ -789,76 +710,6 @@ def _shuffle(items: list[int], rng: random.Random) -> None:
         items[i], items[j] = items[j], items[i]
 
 
-def _check_batch_texts(batch: Any, decisions: Any, outcomes: Any, rows: int) -> None:
-    """Refuse, at the first batch step, stored columns that are not as the per-agent path writes.
-
-    The trace keeps each row's value, and the state hash covers the columns as
-    ``encode_column`` writes them; a column in another form (spaces, another escape, the wrong
-    length) would read back as a different text and fail validation later, far from its cause.
-
-    Raises:
-        ConfigError: names the column and what is wrong with it.
-    """
-    columns = {
-        "arguments": decisions.arguments,
-        "reasoning": decisions.reasoning,
-        "metadata": decisions.metadata,
-        "success": outcomes.success,
-        "result": outcomes.result,
-        "error": outcomes.error,
-    }
-    for name, text in columns.items():
-        if text is None:
-            continue
-        try:
-            values = json.loads(text)
-        except (TypeError, ValueError):
-            values = None
-        if not isinstance(values, list) or len(values) != rows:
-            problem = f"is not a JSON array of {rows} values"
-        elif name == "success" and not all(type(v) is int and v in (0, 1) for v in values):
-            problem = "holds values other than 1 and 0"
-        elif name != "success" and not all(v is None or type(v) is str for v in values):
-            problem = "holds values other than texts (each row's JSON or reason) and null"
-        elif name in _OBJECT_COLUMNS and (row := _non_canonical_row(values)) is not None:
-            problem = (
-                f"row {row} is not a JSON object as the per-agent path records it "
-                "(vivarium.trace.records.encode_object: canonical JSON, keys sorted)"
-            )
-        elif encode_column(values) != text:
-            problem = (
-                "is not compact JSON as vivarium.trace.records.encode_column writes it "
-                "(a column of nulls only is None)"
-            )
-        else:
-            continue
-        raise ConfigError(f"{type(batch).__name__}: the batch's '{name}' column {problem}")
-
-
-# The batch columns whose rows are JSON objects (``arguments``, ``metadata``, ``result``).
-_OBJECT_COLUMNS = frozenset({"arguments", "metadata", "result"})
-
-
-def _non_canonical_row(rows: list[str | None]) -> int | None:
-    """The first row that is not the text ``encode_object`` writes for its value, or None.
-
-    Each distinct text is checked once (a batch's metadata is often one text for every row).
-    """
-    seen: set[str] = set()
-    for i, text in enumerate(rows):
-        if text is None or text in seen:
-            continue
-        seen.add(text)
-        try:
-            value = json.loads(text)
-            same = isinstance(value, dict) and encode_object(value) == text
-        except (ValueError, UnrecordableValue):
-            same = False
-        if not same:
-            return i
-    return None
-
-
 def _is_count(value: object) -> bool:
     """A whole number >= 0 (``bool`` is not a count, though Python calls it an int)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -875,19 +726,6 @@ def _check_step_args(t: object, agents: list[int] | None, n_agents: int) -> None
     for idx in agents or ():
         if not _is_count(idx) or idx >= n_agents:
             raise ConfigError(f"step: agents: {idx!r} is not an agent index (0..{n_agents - 1})")
-
-
-def _agent_seed(policy: object, agent_id: str) -> str | None:
-    """The seed an agent without a planned one runs on, as its policy reports it.
-
-    The policy's own ``seed``, else (a policy shared by several agents, such as an LLM policy
-    with a master seed) the one it derives for this agent, else None (recorded as NULL).
-    """
-    seed = getattr(policy, "seed", None)
-    if seed is None:
-        per_agent = getattr(policy, "request_seed", None)
-        seed = per_agent(agent_id) if callable(per_agent) else None
-    return None if seed is None else str(seed)
 
 
 def _version() -> str:

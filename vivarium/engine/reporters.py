@@ -1,8 +1,9 @@
 """Mesa-style reporters: values a run records about its world at every step.
 
-A world declares them as class or instance attributes, and an experiment may add its own
-(``Experiment(model_reporters=..., agent_reporters=...)``, which override the world's of the
-same name)::
+A world declares them as class or instance attributes (``ModelReportingWorld``,
+``AgentReportingWorld`` of ``vivarium.worlds.base``, checked when the engine is built), and an
+experiment may add its own (``Experiment(model_reporters=..., agent_reporters=...)``, which
+override the world's of the same name)::
 
     class MyWorld:
         model_reporters = {"gini": lambda world: gini(world.wealth)}
@@ -10,7 +11,8 @@ same name)::
 
 A model reporter returns one value (a number, bool, string, or anything JSON can hold); an
 agent reporter returns one value per agent: a sequence or array in the world's agent order
-(its ``agent_ids`` attribute, else the run's sorted agent ids) or a mapping agent_id -> value.
+(its ``agent_ids``, ``AgentListWorld``, else the run's sorted agent ids) or a mapping
+agent_id -> value.
 
 When: as Mesa's ``DataCollector`` does, once before step 0 (recorded as step -1, with step 0's
 rows) and after every step, once the step's actions are applied. A reporter that raises stops
@@ -18,7 +20,7 @@ the run (status ``failed``, the step not committed) with one line naming the rep
 recorded instead would pass a model bug off as a measurement.
 
 The callables never enter the config: the trace records their names in its ``meta`` table
-(``reporters``), and the run id their code's digests (``vivarium.identity``: a reporter changed,
+(``reporters``), and the run id their code's digests (``vivarium.experiment.digest``: a reporter changed,
 or a value it reads, names another run).
 """
 
@@ -26,15 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vivarium.errors import ConfigError
 from vivarium.trace.records import encode_agent_values, encode_model_value
 from vivarium.trace.values import UnrecordableValue
-
-Reporter = Callable[[Any], Any]
+from vivarium.worlds.base import AgentListWorld, Reporter
 
 REPORTERS_META_KEY = "reporters"
 """The trace ``meta`` key holding the reporters' names (``{"model": [...], "agent": [...]}``)."""
@@ -104,7 +105,7 @@ def sent_reporter_digests() -> dict[str, str] | None:
     """The reporters' identity digests a sweep process sent with them (None: digest them here).
 
     A worker's copy of a reporter defined in a notebook or a script is not in the file it came
-    from, so its run ids use the digests taken where it was defined (``vivarium.identity``).
+    from, so its run ids use the digests taken where it was defined (``vivarium.experiment.digest``).
     """
     return _SENT_DIGESTS.get()
 
@@ -139,43 +140,54 @@ class Reporters:
         model: Model reporters by name, in recording order.
         agent: Agent reporters by name.
         agent_ids: The run's agents in agent_idx order (the order values are stored in).
+        agent_list: The world keeps its own list of its agents (``AgentListWorld``): an agent
+            reporter's sequence follows it.
     """
 
     model: dict[str, Reporter]
     agent: dict[str, Reporter]
     agent_ids: list[str]
+    agent_list: bool = False
     _order: list[int] | None = field(default=None, init=False)
     _order_known: bool = field(default=False, init=False)
     _seen_ids: list[str] | None = field(default=None, init=False)
 
     @classmethod
-    def of(cls, world: Any, agent_ids: list[str]) -> Reporters | None:
+    def of(
+        cls,
+        model: Mapping[str, Reporter],
+        agent: Mapping[str, Reporter],
+        agent_ids: list[str],
+        agent_list: bool = False,
+    ) -> Reporters | None:
         """The world's reporters with the experiment's in force on top; None when there are none.
 
-        Raises:
-            ConfigError: a reporters attribute that is not a mapping of names to callables.
+        Args:
+            model: The world's model reporters (checked: ``check_reporters``).
+            agent: The world's agent reporters (checked).
+            agent_ids: The run's agents in agent_idx order.
+            agent_list: The world keeps its own list of its agents (``AgentListWorld``).
         """
-        model = check_reporters(getattr(world, "model_reporters", None), "model_reporters")
-        agent = check_reporters(getattr(world, "agent_reporters", None), "agent_reporters")
+        model, agent = dict(model), dict(agent)
         extra = _EXPERIMENT.get()
         if extra is not None:
             model.update(extra[0])
             agent.update(extra[1])
         if not model and not agent:
             return None
-        return cls(model, agent, list(agent_ids))
+        return cls(model, agent, list(agent_ids), agent_list)
 
     def names(self) -> dict[str, list[str]]:
         """The names the trace records (``meta``: ``reporters``)."""
         return {"model": list(self.model), "agent": list(self.agent)}
 
-    def _world_order(self, world: Any) -> list[int] | None:
+    def _world_order(self, world: AgentListWorld) -> list[int] | None:
         """Where each value of an aligned sequence goes: None when the orders are the same.
 
         Read again whenever the world's ``agent_ids`` change (a world may shuffle its own list
         each step, as Mesa's models do), so values always land on their agents.
         """
-        ids = getattr(world, "agent_ids", None)
+        ids = world.agent_ids if self.agent_list else None
         current = list(ids) if ids is not None else None
         if not self._order_known or current != self._seen_ids:
             self._order_known, self._seen_ids = True, current

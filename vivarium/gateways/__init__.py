@@ -2,8 +2,11 @@
 
 ``base`` holds the contract (``LLMGateway``) and its models; each layer is a module of its own:
 ``cache`` (record/replay), ``retry``, ``ratelimit``, and the providers ``mock`` (deterministic)
-and ``litellm_gateway`` (real models). ``stack`` composes them, cache -> retry -> rate limit ->
-provider, from plain ``GatewaySettings``. ``exchange`` gives a call's text its one shape (the
+and ``litellm_gateway`` (real models, one attempt a call, carried by one of ``transports``:
+direct HTTP, litellm, litellm's Router; its parts: ``replies``, ``failures``, ``secrecy``,
+``litellm_lib``). ``stack`` composes them, cache -> retry -> rate limit -> provider, from plain
+``GatewaySettings``. Each layer is written once for blocking and event-loop calls
+(``effects``: one flow, two drivers). ``exchange`` gives a call's text its one shape (the
 body sent, the reply received), which call records, the cassette and the trace all keep;
 ``provenance`` says where a cassette's replies came from (the mock, or a real model).
 

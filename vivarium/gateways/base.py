@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -25,7 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vivarium.errors import RunStoppingError, VivariumError
 from vivarium.gateways.exchange import error_reply, request_body, response_reply, wire_reply
-from vivarium.seeding import canonical_json, digest
+from vivarium.gateways.request_key import request_key
+from vivarium.protocols import implements
+from vivarium.settings import DEFAULT_ON_LLM_ERROR
 
 
 class ToolCall(BaseModel):
@@ -63,13 +65,20 @@ class LLMRequest(BaseModel):
     max_tokens: int | None = None
     seed: int | None = None
 
-    def request_hash(self) -> str:
-        """SHA-256 of the canonical JSON of every field: same request, same key, any process.
+    def request_hash(self, version: int | None = None) -> str:
+        """The request's key (``request_key``): the same in any process and any later version.
+
+        The SHA-256 of the canonical JSON of the key version's fields, and of any other field
+        only when it is not at its default: adding a field with a default changes no key.
+
+        Args:
+            version: The key version (None: the one this Vivarium writes); a cassette is read
+                with the version it was written with.
 
         Returns:
             The hex digest that keys the cassette and names the request in call records.
         """
-        return digest(canonical_json(self.model_dump(mode="json")))
+        return request_key(self, version)
 
 
 class LLMResponse(BaseModel):
@@ -173,7 +182,7 @@ class LLMUnavailable(LLMCallError, RunStoppingError):
 # or "fallback" (record a fallback noop, as for an unusable reply). The engine sets it around
 # each decision; policies ask ``stops_run`` when a call fails.
 ON_LLM_ERROR = ("stop", "fallback")
-_on_llm_error: ContextVar[str] = ContextVar("vivarium_on_llm_error", default="stop")
+_on_llm_error: ContextVar[str] = ContextVar("vivarium_on_llm_error", default=DEFAULT_ON_LLM_ERROR)
 
 
 def set_on_llm_error(mode: str) -> Any:
@@ -239,13 +248,75 @@ class LLMGateway(Protocol):
         ...
 
 
+# -- what a gateway may have besides: one small protocol each (``vivarium.protocols``) ---------
+@runtime_checkable
+class AsyncGateway(Protocol):
+    """A gateway that can be awaited (``achat``).
+
+    One with ``chat`` alone works too: an async decision then calls ``chat`` in a worker thread
+    (``vivarium.policies.asking``).
+    """
+
+    async def achat(self, **request: Any) -> LLMResponse:
+        """Send one chat request and await its reply."""
+        ...
+
+
+@runtime_checkable
+class GatewayLayer(Protocol):
+    """A layer of a stack (``GatewayBase``): the layer above calls ``complete``, not ``chat``."""
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` (blocking)."""
+        ...
+
+
+@runtime_checkable
+class AsyncGatewayLayer(Protocol):
+    """A layer of a stack that answers on the event loop (``acomplete``)."""
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` on the event loop."""
+        ...
+
+
+@runtime_checkable
+class WrappingGateway(Protocol):
+    """A layer that wraps the gateway below it (``inner``; None: a replay-only cache)."""
+
+    inner: Any
+
+
+@runtime_checkable
+class ProvidedGateway(Protocol):
+    """A gateway that names the provider answering it (``"litellm"``), recorded with calls."""
+
+    provider: str
+
+
+@runtime_checkable
+class ModelGateway(Protocol):
+    """A gateway with a model of its own, used when a policy names none."""
+
+    model: str
+
+
+@runtime_checkable
+class ClosableGateway(Protocol):
+    """A gateway that holds something to let go of when the run ends (a cassette, clients)."""
+
+    def close(self) -> None:
+        """Let go of what the gateway holds."""
+        ...
+
+
 class GatewayBase:
     """Keyword ``chat``/``achat`` on top of ``complete``/``acomplete`` (what layers implement).
 
     A layer that wraps another keeps it as ``inner`` (see ``stack.layers``).
     """
 
-    # A run's identity names a gateway by its type (``vivarium.identity``): it holds
+    # A run's identity names a gateway by its type (``vivarium.experiment.digest``): it holds
     # connections and the process id, and what it answers is the run's ``llm`` settings.
     __identity__ = "type"
 
@@ -262,19 +333,27 @@ class GatewayBase:
 
         A decision a resume re-executes is answered from the trace instead (``answer_from``).
         """
-        asked = LLMRequest(**request)
-        answers = _recorded.get()
-        if answers is not None and (recorded := answers.take(asked)) is not None:
-            return recorded()
-        return self.complete(asked)
+        asked, recorded = self._asked(request)
+        return self.complete(asked) if recorded is None else recorded()
 
     async def achat(self, **request: Any) -> LLMResponse:
         """``acomplete`` with the request's fields as keyword arguments (see ``chat``)."""
-        asked = LLMRequest(**request)
+        asked, recorded = self._asked(request)
+        return await self.acomplete(asked) if recorded is None else recorded()
+
+    def request_of(self, fields: dict[str, Any]) -> LLMRequest:
+        """The ``LLMRequest`` that ``chat``'s keyword arguments ask for (a gateway may fill in).
+
+        Args:
+            fields: ``chat``'s keyword arguments (a dict of its own, free to change).
+        """
+        return LLMRequest(**fields)
+
+    def _asked(self, fields: dict[str, Any]) -> tuple[LLMRequest, Callable[[], LLMResponse] | None]:
+        """The request, and its recorded outcome when a resume answers it (else None)."""
+        asked = self.request_of(fields)
         answers = _recorded.get()
-        if answers is not None and (recorded := answers.take(asked)) is not None:
-            return recorded()
-        return await self.acomplete(asked)
+        return asked, None if answers is None else answers.take(asked)
 
 
 class RecordedAnswers(Protocol):
@@ -319,7 +398,7 @@ def complete_via(inner: LLMGateway | GatewayBase, request: LLMRequest) -> LLMRes
     Returns:
         The reply of ``inner``.
     """
-    if hasattr(inner, "complete"):
+    if implements(inner, GatewayLayer):
         return inner.complete(request)
     return inner.chat(**request.model_dump(exclude_none=True))
 
@@ -334,9 +413,32 @@ async def acomplete_via(inner: LLMGateway | GatewayBase, request: LLMRequest) ->
     Returns:
         The reply of ``inner``.
     """
-    if hasattr(inner, "acomplete"):
+    if implements(inner, AsyncGatewayLayer):
         return await inner.acomplete(request)
     return await inner.achat(**request.model_dump(exclude_none=True))
+
+
+class Call:
+    """The effect of calling the layer below (``effects``): ``complete_via`` or ``acomplete_via``.
+
+    Layers written as one flow yield it where the blocking form called ``complete_via`` and the
+    async form awaited ``acomplete_via``.
+    """
+
+    __slots__ = ("inner", "request")
+
+    def __init__(self, inner: LLMGateway | GatewayBase, request: LLMRequest) -> None:
+        """Call ``inner`` with ``request``."""
+        self.inner = inner
+        self.request = request
+
+    def run(self) -> LLMResponse:
+        """``complete_via(inner, request)``."""
+        return complete_via(self.inner, self.request)
+
+    def arun(self) -> Awaitable[LLMResponse]:
+        """``acomplete_via(inner, request)``."""
+        return acomplete_via(self.inner, self.request)
 
 
 # -- call records ------------------------------------------------------------------------------

@@ -30,6 +30,20 @@ run pointed at a real model's cassette would otherwise store mock replies that a
 serves as the model's). A replay serves only rows of the provider and model the run names.
 Rows written before provenance was recorded are attributed by their ``model`` column; the file
 is upgraded (a ``provider`` column, schema 4) only when a run writes to it.
+
+The compatibility promise: a cassette written by any version replays, byte for byte, under
+every later version. Two numbers in its ``meta`` say how to read it:
+
+- ``schema_version``: what a reader must understand (1 replies, 2 stored failures, 3 the calls'
+  texts, 4 provenance). A later Vivarium reads every earlier schema; an older one refuses a
+  newer file in one line instead of misreading it.
+- ``key_version``: the request key its rows are keyed by (``request_key``; a cassette that does
+  not say is of version 1, the only one so far). Rows are looked up and written with the file's
+  own key version, so a new form of the key never orphans a recorded cassette, and a field
+  added to ``LLMRequest`` with a default changes no key at all.
+
+A change to either ships with the reader of the old: ``tests/golden`` holds a cassette of each
+kind with the trace it replays into (``tests/gateways/test_cache_golden.py``).
 """
 
 from __future__ import annotations
@@ -47,22 +61,22 @@ from typing import Any, Literal
 
 from vivarium.errors import ConfigError, RunStoppingError
 from vivarium.gateways.base import (
+    Call,
     CallRecord,
     GatewayBase,
     LLMCallError,
     LLMGateway,
     LLMRequest,
     LLMResponse,
-    acomplete_via,
     cancel_deadline,
     cancel_reason,
     collect_calls,
-    complete_via,
     current_attempt,
     current_on_llm_error,
     next_occurrence,
     record_call,
 )
+from vivarium.gateways.effects import Flow, arun, run
 from vivarium.gateways.exchange import error_reply, request_body
 from vivarium.gateways.provenance import (
     attributed,
@@ -71,7 +85,9 @@ from vivarium.gateways.provenance import (
     describe_sources,
     provider_of,
 )
+from vivarium.gateways.request_key import KEY_FIELDS, written_version
 from vivarium.seeding import canonical_json, digest
+from vivarium.settings import DEFAULT_CACHE_MODE
 
 CASSETTE_FORMAT = "vivarium-cassette"
 # The newest schema this Vivarium reads. A file says which it needs: 1 (replies only) until a
@@ -84,6 +100,8 @@ FAILURES_VERSION = 2
 TEXTS_VERSION = 3
 PROVENANCE_VERSION = 4
 PROVIDER_META_KEY = "provider"  # the one provider whose replies the cassette keeps
+# The request key version the rows are keyed by (``request_key``); a cassette without it: 1.
+KEY_VERSION_META_KEY = "key_version"
 _FAILURE_PREFIX = '{"failure":'  # a failure row's response_json (canonical JSON: keys sorted)
 CacheMode = Literal["record", "replay", "auto"]
 MODES = ("record", "replay", "auto")
@@ -111,20 +129,12 @@ class CassetteError(LLMCallError):
         super().__init__(message, kind="cassette", retryable=False)
 
 
-class AgentTimeoutMismatch(LLMCallError, RunStoppingError):
-    """The recording cancelled this call at its agent timeout; the replay has none: it stops."""
-
-    def __init__(self, reason: str) -> None:
-        """Name the recorded ``reason`` (``cancelled: agent timeout after 2 s``)."""
-        super().__init__(
-            f"the recorded call was {reason}, and this run has no agent timeout: replay it "
-            f"with the recorded agent_timeout",
-            kind="cache_miss",
-        )
-
-
 class CacheMissError(LLMCallError, RunStoppingError):
-    """Replay found no recorded reply for a request: the run stops (the engine adds the step)."""
+    """Replay cannot answer a request as recorded: the run stops (the engine adds the step).
+
+    Nothing is stored for it, or another provider's reply is, or the recording cancelled the
+    call at its agent timeout and this run has no agent timeout to end it the same way.
+    """
 
     def __init__(
         self,
@@ -137,6 +147,7 @@ class CacheMissError(LLMCallError, RunStoppingError):
         sources: list[tuple[str, str | None]] | None = None,
         foreign: bool = False,
         stored: str | None = None,
+        cut_short: str | None = None,
     ) -> None:
         """Name the request and the cassette, and what it holds when that is not this run's.
 
@@ -150,7 +161,18 @@ class CacheMissError(LLMCallError, RunStoppingError):
             foreign: A row is stored under the key, from a provider this run may not replay
                 (another provider's reply to the same request).
             stored: That row's provider (None: a real model, provider not recorded).
+            cut_short: The recording cancelled the call at its agent timeout, for this reason
+                (``cancelled: agent timeout after 2 s``), and this run has no agent timeout.
         """
+        self.request_hash = request_hash
+        self.model = model
+        if cut_short is not None:
+            super().__init__(
+                f"the recorded call was {cut_short}, and this run has no agent timeout: replay "
+                f"it with the recorded agent_timeout",
+                kind="cache_miss",
+            )
+            return
         if sources is not None:
             recorded_models = sorted({m for m, _ in sources})
         # Another provider's replies of this model: the one stored under the key, else any the
@@ -184,8 +206,6 @@ class CacheMissError(LLMCallError, RunStoppingError):
             kind="cache_miss",
             retryable=False,
         )
-        self.request_hash = request_hash
-        self.model = model
 
 
 class CassetteMixError(CassetteError, RunStoppingError):
@@ -228,7 +248,8 @@ class CachedReply:
     def error(self) -> LLMCallError:
         """The stored failure as the same error (class name, message, kind).
 
-        An attempt the agent timeout cancelled comes back as ``AgentTimeoutCall``.
+        An attempt the agent timeout cancelled comes back as an ``LLMCallError`` of kind
+        ``agent_timeout`` (stored as ``AGENT_TIMEOUT_TYPE``).
         """
         data = json.loads(self.response_json)["failure"]
         return _error_class(data["type"])(
@@ -297,7 +318,7 @@ def failure_json(error: LLMCallError) -> str:
     return canonical_json(
         {
             "failure": {
-                "type": type(error).__name__,
+                "type": AGENT_TIMEOUT_TYPE if error.kind == AGENT_TIMEOUT else type(error).__name__,
                 "message": str(error),
                 "kind": error.kind,
                 "retryable": error.retryable,
@@ -306,14 +327,6 @@ def failure_json(error: LLMCallError) -> str:
             }
         }
     )
-
-
-class AgentTimeoutCall(LLMCallError):
-    """A call the engine cancelled at its agent timeout, as the cassette stores it."""
-
-    def __init__(self, message: str, **fields: Any) -> None:
-        """An ``LLMCallError`` of kind ``agent_timeout`` (other fields as stored)."""
-        super().__init__(message, **{**fields, "kind": AGENT_TIMEOUT})
 
 
 class ReplayedAgentTimeout(RunStoppingError, TimeoutError):
@@ -325,6 +338,9 @@ class ReplayedAgentTimeout(RunStoppingError, TimeoutError):
 
 
 AGENT_TIMEOUT = "agent_timeout"
+# The type a cassette stores for a call the agent timeout cancelled (the name of the class that
+# once stood for it): it never reaches a policy, so no class of its own is needed for it.
+AGENT_TIMEOUT_TYPE = "AgentTimeoutCall"
 
 
 @functools.cache
@@ -333,10 +349,8 @@ def _error_class(name: str) -> type[LLMCallError]:
 
     The policy's fallback reason names the class, so a replayed failure must carry the same name.
     """
-    if name == LLMCallError.__name__:
+    if name in (LLMCallError.__name__, AGENT_TIMEOUT_TYPE):
         return LLMCallError
-    if name == AgentTimeoutCall.__name__:
-        return AgentTimeoutCall
     return type(name, (LLMCallError,), {"__module__": __name__})
 
 
@@ -384,6 +398,7 @@ class Cassette:
         self.readonly = readonly  # replay never writes, so a committed cassette stays unchanged
         self.provider = provider
         self._claimed = False  # the file's meta names ``provider`` (it never changes once set)
+        self.key_version = written_version()  # as the file's meta says, once it is open
         self._lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
         self._pid = 0
@@ -432,7 +447,12 @@ class Cassette:
 
     def _open_readonly(self, p: Path) -> sqlite3.Connection:
         if not p.is_file():
-            raise CassetteError(f"no cassette at {p}; record one first (cache mode 'record')")
+            # Most often a relative path read from another working folder (a notebook's kernel
+            # started elsewhere), not a cassette never recorded: say where it was looked for.
+            where = p if p.is_absolute() else f"{p} (read from the working folder {Path.cwd()})"
+            raise CassetteError(
+                f"no cassette at {where}; check the path (cache mode 'record' makes a new one)"
+            )
         try:
             con = sqlite3.connect(
                 f"file:{p.resolve()}?mode=ro", uri=True, timeout=30, check_same_thread=False
@@ -447,6 +467,11 @@ class Cassette:
         if _too_new(meta):
             con.close()
             raise CassetteError(_too_new_message(p, meta))
+        try:
+            self.key_version = _key_version(p, meta)
+        except CassetteError:
+            con.close()
+            raise
         return con
 
     def _check_or_create(self, con: sqlite3.Connection) -> None:
@@ -468,9 +493,13 @@ class Cassette:
                 for statement in _DDL.strip().split(";"):
                     if statement.strip():
                         con.execute(statement)
+                written = (KEY_VERSION_META_KEY, str(written_version()))
+                con.execute("INSERT INTO meta VALUES (?, ?)", written)
+                meta = dict(con.execute("SELECT key, value FROM meta").fetchall())
             elif self.provider is not None and self._conflicts(con, self.provider):
                 # Said before anything changes: the file is left exactly as it was.
                 raise CassetteMixError(p, self.provider, _sources(con))
+            self.key_version = _key_version(p, meta)
             con.execute("COMMIT")
         except BaseException:
             _rollback(con)
@@ -547,7 +576,7 @@ class Cassette:
         failed = isinstance(outcome, LLMCallError)
         attempts, sent, texts = _attempts_and_request(request, records)
         row = (
-            key or request.request_hash(),
+            key or request.request_hash(self.key_version),
             request.model,
             sent,
             failure_json(outcome) if failed else response_json(outcome),  # type: ignore[arg-type]
@@ -687,6 +716,22 @@ def _sources(con: sqlite3.Connection) -> list[tuple[str, str | None]]:
     return sorted(pairs, key=lambda mp: (mp[0] or "", mp[1] or ""))
 
 
+def _key_version(path: Path, meta: dict[str, str]) -> int:
+    """The request key version of a cassette's rows (1 for a cassette that does not say).
+
+    Raises:
+        CassetteError: a version this Vivarium does not know (a newer one wrote the file).
+    """
+    text = meta.get(KEY_VERSION_META_KEY, "1")
+    version = int(text) if text.isdigit() else 0
+    if version not in KEY_FIELDS:
+        raise CassetteError(
+            f"{path} is keyed by request key version {text}, which this Vivarium does not know "
+            f"(it knows {', '.join(map(str, sorted(KEY_FIELDS)))}); upgrade vivarium-lab"
+        )
+    return version
+
+
 def _too_new(meta: dict[str, str]) -> bool:
     try:
         return int(meta.get("schema_version") or 0) > CASSETTE_VERSION
@@ -723,7 +768,7 @@ class CachingGateway(GatewayBase):
         self,
         inner: LLMGateway | GatewayBase | None,
         cassette: Cassette | str | os.PathLike[str],
-        mode: CacheMode = "auto",
+        mode: CacheMode = DEFAULT_CACHE_MODE,
         variant: str | None = None,
         provider: str | None = None,
     ) -> None:
@@ -785,7 +830,7 @@ class CachingGateway(GatewayBase):
         repeated workflow step). A ``variant`` of sending is hashed in too (the default way
         keeps the plain request hash).
         """
-        request_hash = request.request_hash()
+        request_hash = request.request_hash(self.cassette.key_version)
         n = next_occurrence(request_hash)
         key = request_hash if n == 1 else digest(f"{request_hash}#{n}")
         return key if self.variant is None else digest(f"{key}|{self.variant}")
@@ -819,7 +864,7 @@ class CachingGateway(GatewayBase):
             self._count("misses")
             if self.mode == "replay":
                 raise CacheMissError(
-                    request.request_hash(),
+                    request.request_hash(self.cassette.key_version),
                     request.model,
                     self.cassette.path,
                     provider=self.provider,
@@ -844,8 +889,13 @@ class CachingGateway(GatewayBase):
             return cached.response(cache_hit=True)
         if error.kind != AGENT_TIMEOUT:
             raise error
-        if cancel_deadline() is None:
-            raise AgentTimeoutMismatch(str(error))
+        if cancel_deadline() is None:  # nothing here would cancel it as the recording did
+            raise CacheMissError(
+                request.request_hash(self.cassette.key_version),
+                request.model,
+                self.cassette.path,
+                cut_short=str(error),
+            )
         raise ReplayedAgentTimeout(str(error))
 
     def _store(
@@ -878,7 +928,7 @@ class CachingGateway(GatewayBase):
         if isinstance(exc, LLMCallError) and storable(exc):
             error = exc
         elif isinstance(exc, asyncio.CancelledError) and (reason := cancel_reason()):
-            error = AgentTimeoutCall(reason)
+            error = LLMCallError(reason, kind=AGENT_TIMEOUT)
         if error is None:
             return
         if not records:  # a gateway that records nothing still made one failed attempt
@@ -904,22 +954,14 @@ class CachingGateway(GatewayBase):
             LLMCallError: A stored failure, replayed; or the failure of the layer below.
             CacheMissError: Replay mode, and nothing stored for ``request``.
         """
-        key = self._key(request)
-        hit = self._lookup(request, key)
-        if hit is not None:
-            return hit
-        records: list[CallRecord] = []
-        try:
-            with collect_calls() as records:
-                response = complete_via(self.inner, request)
-        except BaseException as exc:  # interrupted too: the attempts made still count
-            self._failed(request, key, exc, records)
-            raise
-        self._pass_on(records)
-        return self._store(request, key, response, records)
+        return run(self._answer(request))
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         """``complete`` for the event loop."""
+        return await arun(self._answer(request))
+
+    def _answer(self, request: LLMRequest) -> Flow[LLMResponse]:
+        """The stored outcome, or the layer below's call, stored with its attempts."""
         key = self._key(request)
         hit = self._lookup(request, key)
         if hit is not None:
@@ -927,8 +969,8 @@ class CachingGateway(GatewayBase):
         records: list[CallRecord] = []
         try:
             with collect_calls() as records:
-                response = await acomplete_via(self.inner, request)
-        except BaseException as exc:  # cancelled too: the attempts made still count
+                response = yield Call(self.inner, request)
+        except BaseException as exc:  # interrupted, cancelled: the attempts made still count
             self._failed(request, key, exc, records)
             raise
         self._pass_on(records)

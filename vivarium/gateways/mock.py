@@ -29,9 +29,12 @@ from vivarium.gateways.base import (
     current_attempt,
     record_call,
 )
+from vivarium.gateways.effects import Flow, Sleep, arun, run
 from vivarium.gateways.exchange import request_body
 from vivarium.gateways.provenance import MOCK_MODEL, MOCK_PROVIDER
+from vivarium.gateways.request_key import key_payload
 from vivarium.seeding import canonical_json, digest
+from vivarium.settings import DEFAULT_MOCK_LATENCY_MS
 
 MAX_SCHEMA_DEPTH = 8  # nested objects filled at most this deep
 
@@ -81,7 +84,7 @@ class MockLLMGateway(GatewayBase):
     def __init__(
         self,
         seed: int = 0,
-        latency_ms: float = 0.0,
+        latency_ms: float = DEFAULT_MOCK_LATENCY_MS,
         model: str = "mock",
         latency_fn: Callable[[LLMRequest], float] | None = None,
     ) -> None:
@@ -105,16 +108,10 @@ class MockLLMGateway(GatewayBase):
             f"MockLLMGateway(seed={self.seed}, latency_ms={self.latency_ms}, model={self.model!r})"
         )
 
-    # ``model`` may be left out: the gateway's own model name is the default.
-    def chat(self, **request: Any) -> LLMResponse:
-        """``GatewayBase.chat``, the mock's model when the request names none."""
-        request.setdefault("model", self.model)
-        return super().chat(**request)
-
-    async def achat(self, **request: Any) -> LLMResponse:
-        """``GatewayBase.achat``, the mock's model when the request names none."""
-        request.setdefault("model", self.model)
-        return await super().achat(**request)
+    def request_of(self, fields: dict[str, Any]) -> LLMRequest:
+        """``GatewayBase.request_of``: ``model`` may be left out, the mock's own is the default."""
+        fields.setdefault("model", self.model)
+        return super().request_of(fields)
 
     # -- the reply ---------------------------------------------------------------------------
     def latency_for(self, request: LLMRequest) -> float:
@@ -123,9 +120,9 @@ class MockLLMGateway(GatewayBase):
 
     def reply(self, request: LLMRequest, latency_ms: float = 0.0) -> LLMResponse:
         """The deterministic reply to ``request`` (no sleeping, no call record)."""
-        hexdigest = digest(
-            canonical_json({"seed": self.seed, "request": request.model_dump(mode="json")})
-        )
+        # The request as its key sees it (``request_key``): a field added to requests later,
+        # left at its default, changes no reply.
+        hexdigest = digest(canonical_json({"seed": self.seed, "request": key_payload(request)}))
         data = bytes.fromhex(hexdigest)
         words = _phrase_words(data, offset=1)
         phrase = f"mock note {hexdigest[:4]}: {' '.join(words)}"
@@ -191,18 +188,19 @@ class MockLLMGateway(GatewayBase):
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         """Sleep the latency (blocking), then give the deterministic reply, on record."""
-        latency = self.latency_for(request)
-        if latency > 0:
-            time.sleep(latency / 1000)
-        return self._finish(request, latency)
+        return run(self._answer(request))
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
-        """``complete`` for the event loop; a call cancelled while it waits is on record too."""
+        """``complete`` for the event loop."""
+        return await arun(self._answer(request))
+
+    def _answer(self, request: LLMRequest) -> Flow[LLMResponse]:
+        """Wait the latency, then the reply; a call cancelled while it waits is on record too."""
         latency = self.latency_for(request)
         if latency > 0:
             started = time.perf_counter()
             try:
-                await asyncio.sleep(latency / 1000)
+                yield Sleep(latency / 1000)
             except asyncio.CancelledError:  # an agent timeout: the attempt is on record too
                 elapsed = (time.perf_counter() - started) * 1000
                 record = cancelled_record(request, current_attempt(), elapsed)

@@ -28,6 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from vivarium.gateways.base import ProvidedGateway, WrappingGateway
+from vivarium.protocols import implements
+
 MOCK_PROVIDER = "vivarium-mock"
 LITELLM_PROVIDER = "litellm"
 MOCK_MODEL = "mock"  # the model name the mock's call records carry, whatever it was asked for
@@ -44,11 +47,11 @@ def provider_of(gateway: Any) -> str | None:
         its class name; None when ``gateway`` is None (a replay-only stack).
     """
     bottom = gateway
-    while bottom is not None and getattr(bottom, "inner", None) is not None:
+    while implements(bottom, WrappingGateway) and bottom.inner is not None:
         bottom = bottom.inner
     if bottom is None:
         return None
-    provider = getattr(bottom, "provider", None)
+    provider = bottom.provider if implements(bottom, ProvidedGateway) else None
     return provider if isinstance(provider, str) and provider else type(bottom).__name__
 
 

@@ -24,14 +24,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from vivarium.errors import ConfigError
-from vivarium.gateways.base import (
-    GatewayBase,
-    LLMGateway,
-    LLMRequest,
-    LLMResponse,
-    acomplete_via,
-    complete_via,
-)
+from vivarium.gateways.base import Call, GatewayBase, LLMGateway, LLMRequest, LLMResponse
+from vivarium.gateways.effects import Flow, Sleep, arun, run
 from vivarium.seeding import canonical_json
 
 WINDOW_S = 60.0
@@ -164,29 +158,46 @@ class RateLimiter:
             else:
                 self._entries.append(Ticket(self.clock(), max(int(tokens), 0)))
 
-    # -- sync --------------------------------------------------------------------------------
-    def wait_sync(self, estimated_tokens: int = 0) -> Ticket:
-        """Block until the window admits a call of ``estimated_tokens``; its ticket."""
+    # -- waiting: one flow, blocking or on the event loop (``effects``) -----------------------
+    def admission(self, estimated_tokens: int = 0) -> Flow[Ticket]:
+        """Wait until the window admits a call of ``estimated_tokens``; its ticket."""
         while True:
             result = self.try_admit(estimated_tokens)
             if isinstance(result, Ticket):
                 return result
             self.waits += 1
-            self.sleep(result)
+            yield Sleep(result, self.sleep, self.asleep)
+
+    def slot(self) -> Slot:
+        """The effect of taking a concurrency slot (``max_concurrent``); it gives the release."""
+        return Slot(self)
+
+    def wait_sync(self, estimated_tokens: int = 0) -> Ticket:
+        """Block until the window admits a call of ``estimated_tokens``; its ticket."""
+        return run(self.admission(estimated_tokens))
+
+    async def wait(self, estimated_tokens: int = 0) -> Ticket:
+        """Await a place in the window for a call of ``estimated_tokens``; its ticket."""
+        return await arun(self.admission(estimated_tokens))
 
     @contextlib.contextmanager
     def acquire_sync(self, estimated_tokens: int = 0) -> Iterator[Ticket]:
         """Hold a concurrency slot and a place in the window for one blocking call."""
-        sem = self._thread_sem
-        if sem is not None:
-            sem.acquire()
+        release = self.slot().run()
         try:
             yield self.wait_sync(estimated_tokens)
         finally:
-            if sem is not None:
-                sem.release()
+            release()
 
-    # -- async -------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def acquire(self, estimated_tokens: int = 0) -> AsyncIterator[Ticket]:
+        """Hold a concurrency slot (per event loop) and a place in the window for one call."""
+        release = await self.slot().arun()
+        try:
+            yield await self.wait(estimated_tokens)
+        finally:
+            release()
+
     def _loop_semaphore(self) -> asyncio.Semaphore | None:
         if not self.max_concurrent:
             return None
@@ -197,24 +208,38 @@ class RateLimiter:
                 sem = self._loop_sems[loop] = asyncio.Semaphore(self.max_concurrent)
         return sem
 
-    async def wait(self, estimated_tokens: int = 0) -> Ticket:
-        """Await a place in the window for a call of ``estimated_tokens``; its ticket."""
-        while True:
-            result = self.try_admit(estimated_tokens)
-            if isinstance(result, Ticket):
-                return result
-            self.waits += 1
-            await self.asleep(result)
 
-    @contextlib.asynccontextmanager
-    async def acquire(self, estimated_tokens: int = 0) -> AsyncIterator[Ticket]:
-        """Hold a concurrency slot (per event loop) and a place in the window for one call."""
-        sem = self._loop_semaphore()
+def _free() -> None:
+    """The release of a slot that was never needed (no ``max_concurrent``)."""
+
+
+class Slot:
+    """The effect of taking one of a limiter's ``max_concurrent`` slots; its result frees it.
+
+    Blocking calls share one thread semaphore; each event loop has a semaphore of its own.
+    """
+
+    __slots__ = ("limiter",)
+
+    def __init__(self, limiter: RateLimiter) -> None:
+        """A slot of ``limiter``."""
+        self.limiter = limiter
+
+    def run(self) -> Callable[[], None]:
+        """Take a slot, blocking until one is free; the function that frees it."""
+        sem = self.limiter._thread_sem
         if sem is None:
-            yield await self.wait(estimated_tokens)
-            return
-        async with sem:
-            yield await self.wait(estimated_tokens)
+            return _free
+        sem.acquire()
+        return sem.release
+
+    async def arun(self) -> Callable[[], None]:
+        """Await a slot of the running loop; the function that frees it."""
+        sem = self.limiter._loop_semaphore()
+        if sem is None:
+            return _free
+        await sem.acquire()
+        return sem.release
 
 
 def estimate_tokens(request: LLMRequest) -> int:
@@ -251,14 +276,20 @@ class RateLimitedGateway(GatewayBase):
 
         A failed call keeps its estimated tokens in the window; a reply counts what it used.
         """
-        with self.limiter.acquire_sync(self.estimate(request)) as ticket:
-            response = complete_via(self.inner, request)
-            self.limiter.record_tokens(self._used(response), ticket)
-            return response
+        return run(self._admitted(request))
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         """``complete`` for the event loop: the limiter is awaited."""
-        async with self.limiter.acquire(self.estimate(request)) as ticket:
-            response = await acomplete_via(self.inner, request)
+        return await arun(self._admitted(request))
+
+    def _admitted(self, request: LLMRequest) -> Flow[LLMResponse]:
+        """Hold a slot and a place in the window while the layer below answers."""
+        tokens = self.estimate(request)
+        release = yield self.limiter.slot()
+        try:
+            ticket = yield from self.limiter.admission(tokens)
+            response = yield Call(self.inner, request)
             self.limiter.record_tokens(self._used(response), ticket)
             return response
+        finally:
+            release()

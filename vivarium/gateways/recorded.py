@@ -1,7 +1,7 @@
 """The LLM calls of a step already committed, answered again from what the trace recorded.
 
 A resume re-executes the steps its run committed after the checkpoint it starts from (see
-``vivarium.runner.resume_run``): the world and the agents go through them again, without
+``vivarium.experiment.runner.resume_run``): the world and the agents go through them again, without
 writing, so that every state the run had (a policy's generator, an agent's memory, the world)
 is rebuilt exactly. The LLM calls of those steps must get the replies the agents had then,
 whoever gave them: a model sampling at temperature 0.7 would not give them again, and the
@@ -22,7 +22,7 @@ Nothing here is trusted blindly: the engine compares each re-executed step's sta
 the one recorded, so a reply this module could not give back as the agent saw it shows up
 as a refused resume, never as a silently different run. A request the decision did not
 record (a gateway of one's own that records no calls) goes to the gateway as usual; a request
-that differs from every one the decision recorded stops the re-execution (``CallDiverged``).
+that differs from every one the decision recorded stops the re-execution (``ResumeDiverged``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from vivarium.errors import RunStoppingError, squash
+from vivarium.errors import ResumeDiverged, squash
 from vivarium.gateways.base import (
     CallRecord,
     LLMCallError,
@@ -42,8 +42,9 @@ from vivarium.gateways.base import (
     Usage,
     record_call,
 )
+from vivarium.gateways.request_key import request_keys
 
-__all__ = ["CallDiverged", "CallRow", "DecisionCalls", "RecordedCalls"]
+__all__ = ["CallRow", "DecisionCalls", "RecordedCalls"]
 
 # How the retry layer words a call that failed on its last attempt (``retry.RetryGateway``).
 _MAX_GIVE_UP_CHARS = 600
@@ -67,8 +68,9 @@ class CallRow(NamedTuple):
     reply: Mapping[str, Any] | None
 
 
-class CallDiverged(RunStoppingError):
-    """A re-executed decision asked for a call it did not make when the step was recorded."""
+# The name this error had when it was a class of its own (a re-executed decision asked for a
+# call it did not make when the step was recorded): the resume's divergence, like any other.
+CallDiverged = ResumeDiverged
 
 
 def _calls(rows: Sequence[CallRow]) -> list[list[CallRow]]:
@@ -106,15 +108,17 @@ class DecisionCalls:
         """The recorded outcome of the next call of ``request`` (see ``base.RecordedAnswers``).
 
         Raises:
-            CallDiverged: ``request`` is none of the requests left on record.
+            ResumeDiverged: ``request`` is none of the requests left on record.
         """
-        key = request.request_hash()
-        queue = self._left.get(key)
-        if queue:
-            return functools.partial(_replay, request, queue.popleft())
+        # Matched by the key of the version the trace was written with: any this one knows.
+        keys = list(request_keys(request))
+        for key in keys:
+            queue = self._left.get(key)
+            if queue:
+                return functools.partial(_replay, request, queue.popleft())
         if any(self._left.values()):
-            raise CallDiverged(
-                f"its LLM request {key[:12]} is not the one recorded at this step (model "
+            raise ResumeDiverged(
+                f"its LLM request {keys[0][:12]} is not the one recorded at this step (model "
                 f"{request.model}): the prompt changed"
             )
         return None
@@ -207,7 +211,7 @@ def _replay(request: LLMRequest, attempts: list[CallRow]) -> LLMResponse:
 
 def _response(request: LLMRequest, row: CallRow) -> LLMResponse:
     """The reply of a successful attempt, as the gateway stack handed it to the policy."""
-    from vivarium.gateways.litellm_gateway import parse_arguments
+    from vivarium.gateways.replies import parse_arguments
 
     reply = row.reply or {}
     calls = []

@@ -10,32 +10,26 @@ limit layer, every attempt waits for the limiter again: retries count against th
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import time
-from collections.abc import Callable
-from typing import Any
-
 from vivarium.errors import squash
 from vivarium.gateways.base import (
+    Call,
     CallRecord,
     GatewayBase,
     LLMCallError,
     LLMGateway,
     LLMRequest,
     LLMResponse,
-    acomplete_via,
-    complete_via,
     record_call,
     reset_attempt,
     set_attempt,
     start_collecting,
     stop_collecting,
 )
+from vivarium.gateways.effects import Flow, Sleep, SleepFn, arun, run
 from vivarium.gateways.exchange import error_reply, request_body
 from vivarium.seeding import digest
+from vivarium.settings import DEFAULT_NUM_RETRIES
 
-SleepFn = Callable[[float], Any]
 # How long the message of a call that failed after its retries may get (the provider's error
 # text is cut to half of it).
 MAX_GIVE_UP_CHARS = 600
@@ -73,21 +67,6 @@ def backoff_delay(
     if retry_after is not None and retry_after > 0:
         delay = max(delay, min(retry_after, max_retry_after))
     return max(delay, 0.0)
-
-
-async def asleep_with(sleep: SleepFn | None, seconds: float) -> None:
-    """Await an injected sleep (sync or async), or ``asyncio.sleep`` when none is given.
-
-    Args:
-        sleep: A test's sleep function, blocking or async; None for the real one.
-        seconds: How long to wait.
-    """
-    if sleep is None:
-        await asyncio.sleep(seconds)
-        return
-    result = sleep(seconds)
-    if inspect.isawaitable(result):
-        await result
 
 
 def is_attempt_failure(exc: LLMCallError) -> bool:
@@ -148,7 +127,7 @@ class RetryGateway(GatewayBase):
     def __init__(
         self,
         inner: LLMGateway | GatewayBase,
-        retries: int = 2,
+        retries: int = DEFAULT_NUM_RETRIES,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         sleep: SleepFn | None = None,
@@ -227,30 +206,7 @@ class RetryGateway(GatewayBase):
             LLMCallError: The call failed on its last attempt, or with an error that is not
                 retryable.
         """
-        attempt = 1
-        while True:
-            # Each attempt's records are collected apart, to see whether the layer below
-            # recorded its failure (the context managers' work, spelled out: a hot path).
-            records, collecting = start_collecting()
-            numbered = set_attempt(attempt)
-            try:
-                response = complete_via(self.inner, request)
-            except LLMCallError as exc:
-                failure: LLMCallError | None = exc
-            except BaseException:  # interrupted: the attempt made is still on record
-                reset_attempt(numbered)
-                stop_collecting(collecting)
-                _pass_on(records)
-                raise
-            else:
-                failure = None
-            reset_attempt(numbered)
-            stop_collecting(collecting)
-            if failure is None:
-                _pass_on(records)
-                return response
-            (self.sleep or time.sleep)(self._after_failure(request, attempt, records, failure))
-            attempt += 1
+        return run(self._attempts(request))
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         """``complete`` for the event loop: the waits between attempts are awaited.
@@ -258,15 +214,21 @@ class RetryGateway(GatewayBase):
         Raises:
             LLMCallError: As ``complete``.
         """
+        return await arun(self._attempts(request))
+
+    def _attempts(self, request: LLMRequest) -> Flow[LLMResponse]:
+        """The attempt loop: send, and after a retryable failure wait and send again."""
         attempt = 1
         while True:
+            # Each attempt's records are collected apart, to see whether the layer below
+            # recorded its failure (the context managers' work, spelled out: a hot path).
             records, collecting = start_collecting()
             numbered = set_attempt(attempt)
             try:
-                response = await acomplete_via(self.inner, request)
+                response = yield Call(self.inner, request)
             except LLMCallError as exc:
                 failure: LLMCallError | None = exc
-            except BaseException:  # cancelled (an agent timeout): the attempt is on record
+            except BaseException:  # interrupted, cancelled: the attempt made is on record
                 reset_attempt(numbered)
                 stop_collecting(collecting)
                 _pass_on(records)
@@ -278,5 +240,5 @@ class RetryGateway(GatewayBase):
             if failure is None:
                 _pass_on(records)
                 return response
-            await asleep_with(self.sleep, self._after_failure(request, attempt, records, failure))
+            yield Sleep(self._after_failure(request, attempt, records, failure), self.sleep)
             attempt += 1

@@ -27,6 +27,7 @@ The first failure of each server (or finding it unreachable at the start) is sai
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import warnings
@@ -35,6 +36,7 @@ from urllib.parse import urlsplit
 
 from vivarium.errors import squash
 from vivarium.gateways.base import cancel_reason
+from vivarium.gateways.effects import Do, Flow, arun, run
 from vivarium.gateways.openai_http import WireError, WireReply, apost, chat_url, post
 
 # Failures that say the server (not the request) is the problem: another server may answer.
@@ -265,7 +267,7 @@ class ServerPool:
         failed.append(self._failure(index, exc))
         return "failed"
 
-    # -- attempts ----------------------------------------------------------------------------
+    # -- attempts: one flow, blocking or on the event loop (``effects``) ----------------------
     def post(
         self, body: bytes, headers: Mapping[str, str], timeout: float, secrets: Sequence[str] = ()
     ) -> WireReply:
@@ -275,22 +277,7 @@ class ServerPool:
             WireError: A failure no other server can make good (a 4xx), or the last server's
                 failure when every one failed.
         """
-        tried: set[int] = set()
-        failed: list[WireError] = []
-        while (index := self._acquire(tried)) is not None:
-            tried.add(index)
-            outcome = "cancelled"  # until the server says otherwise
-            try:
-                reply = post(self._urls[index], body, headers, timeout, secrets)
-                outcome = "answered"
-                return reply
-            except WireError as exc:
-                if (outcome := self._settle(index, exc, failed)) == "answered":
-                    raise  # the request is wrong: no other server is tried
-            finally:
-                self._release(index, outcome)
-        assert failed  # at least one server, each tried once
-        raise self._exhausted(failed[-1], len(tried), failed)
+        return run(self._attempt(body, headers, timeout, secrets))
 
     async def apost(
         self, body: bytes, headers: Mapping[str, str], timeout: float, secrets: Sequence[str] = ()
@@ -303,13 +290,20 @@ class ServerPool:
         Raises:
             WireError: As ``post``.
         """
+        return await arun(self._attempt(body, headers, timeout, secrets))
+
+    def _attempt(
+        self, body: bytes, headers: Mapping[str, str], timeout: float, secrets: Sequence[str]
+    ) -> Flow[WireReply]:
+        """The attempt loop: the next server, until one answers or every one failed."""
         tried: set[int] = set()
         failed: list[WireError] = []
         while (index := self._acquire(tried)) is not None:
             tried.add(index)
+            args = (self._urls[index], body, headers, timeout, secrets)
             outcome = "cancelled"  # until the server says otherwise
             try:
-                reply = await apost(self._urls[index], body, headers, timeout, secrets)
+                reply = yield Do(functools.partial(post, *args), functools.partial(apost, *args))
                 outcome = "answered"
                 return reply
             except asyncio.CancelledError:
@@ -325,5 +319,5 @@ class ServerPool:
                 if self._release(index, outcome) > 1 and outcome == "cut":
                     # Said only when it happens again: a stopping run cancels healthy calls once.
                     self._warn(index, _CANCELLED)
-        assert failed
+        assert failed  # at least one server, each tried once
         raise self._exhausted(failed[-1], len(tried), failed)

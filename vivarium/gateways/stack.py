@@ -24,12 +24,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from vivarium.gateways.base import GatewayBase, LLMGateway
+from vivarium.gateways.base import GatewayBase, LLMGateway, WrappingGateway
 from vivarium.gateways.cache import CacheMode, CachingGateway
 from vivarium.gateways.mock import MockLLMGateway
 from vivarium.gateways.provenance import LITELLM_PROVIDER, MOCK_PROVIDER, provider_of
 from vivarium.gateways.ratelimit import RateLimitedGateway, RateLimiter
 from vivarium.gateways.retry import RetryGateway
+from vivarium.protocols import implements
+from vivarium.settings import (
+    DEFAULT_CACHE_MODE,
+    DEFAULT_FORCED_TOOL_FORMAT,
+    DEFAULT_MOCK_LATENCY_MS,
+    DEFAULT_MODEL,
+    DEFAULT_NUM_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TRANSPORT,
+    server_urls,
+)
 
 Gateway = LLMGateway | GatewayBase
 
@@ -38,12 +49,17 @@ Gateway = LLMGateway | GatewayBase
 class GatewaySettings:
     """Everything a run's gateway stack is built from, as plain values.
 
+    Each is a setting of the ``llm`` config section (``vivarium.experiment.config.LLMConfig``, its one
+    definition), translated by ``vivarium.experiment.build.gateway_settings``; the defaults are the same
+    constants of ``vivarium.settings``, so a stack built by hand defaults as a run does.
+
     Attributes:
         model: The model agents call (``mock``, or a litellm name such as ``openai/smollm2``).
         mock: Answer with the deterministic ``MockLLMGateway`` instead of a real provider.
         mock_latency_ms: The mock's latency.
-        api_base: The server's base URL (None: the provider's own), or several servers'
-            (each call to the least busy; see ``servers.ServerPool``).
+        api_base: The servers' base URLs, as ``vivarium.settings.server_urls`` reads them
+            (``LLMConfig.api_bases``): empty for the provider's own, several for a pool (each
+            call to the least busy; see ``servers.ServerPool``).
         api_key: The API key (never shown in a repr).
         transport: How ``LiteLLMGateway`` reaches the server (``auto``, ``litellm``,
             ``direct``).
@@ -60,22 +76,27 @@ class GatewaySettings:
         cache_mode: ``record``, ``replay`` or ``auto`` (see ``cache.CachingGateway``).
     """
 
-    model: str = "mock"
+    model: str = DEFAULT_MODEL
     mock: bool = False
-    mock_latency_ms: float = 0.0
-    api_base: str | tuple[str, ...] | None = None
+    mock_latency_ms: float = DEFAULT_MOCK_LATENCY_MS
+    api_base: tuple[str, ...] = ()
     api_key: str | None = dataclasses.field(default=None, repr=False)
-    transport: str = "auto"
-    forced_tool_format: str = "tool_choice"
-    timeout: float = 60.0
-    retries: int = 2
+    transport: str = DEFAULT_TRANSPORT
+    forced_tool_format: str = DEFAULT_FORCED_TOOL_FORMAT
+    timeout: float = DEFAULT_TIMEOUT_S
+    retries: int = DEFAULT_NUM_RETRIES
     backoff: float = 0.5
     max_backoff: float = 8.0
     max_retry_after: float = 60.0
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
     cache: str | None = None
-    cache_mode: CacheMode = "auto"
+    cache_mode: CacheMode = DEFAULT_CACHE_MODE
+
+    def __post_init__(self) -> None:
+        """Read ``api_base`` given as one URL (or URLs separated by commas) as the tuple."""
+        if not isinstance(self.api_base, tuple):
+            object.__setattr__(self, "api_base", server_urls(self.api_base))
 
     @property
     def uses_mock(self) -> bool:
@@ -128,7 +149,7 @@ def build_provider(settings: GatewaySettings, seed: int) -> Gateway:
     from vivarium.gateways.litellm_gateway import LiteLLMGateway
 
     provider = LiteLLMGateway(
-        api_base=settings.api_base,
+        api_base=settings.api_base or None,
         api_key=settings.api_key,
         timeout=settings.timeout,
         transport=settings.transport,
@@ -166,7 +187,7 @@ def compose(provider: Gateway | None, settings: GatewaySettings) -> Gateway:
         # Given the path, the cache layer owns the cassette and closes it with the run.
         variant = (
             None
-            if settings.forced_tool_format == "tool_choice"
+            if settings.forced_tool_format == DEFAULT_FORCED_TOOL_FORMAT
             else f"forced_tool_format={settings.forced_tool_format}"
         )
         gateway = CachingGateway(
@@ -206,5 +227,5 @@ def layers(gateway: Any) -> list[Any]:
     found = []
     while gateway is not None:
         found.append(gateway)
-        gateway = getattr(gateway, "inner", None)
+        gateway = gateway.inner if implements(gateway, WrappingGateway) else None
     return found

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+from vivarium.protocols import implements
 
 
 class Agent(ABC):
@@ -46,22 +48,52 @@ class Agent(ABC):
         return agent_state
 
 
+@runtime_checkable
+class ResetsMemory(Protocol):
+    """An agent that forgets between trials under MetaRLGym's name for it."""
+
+    def reset_memory(self) -> None:
+        """Forget anything kept between trials."""
+        ...
+
+
+@runtime_checkable
+class Resets(Protocol):
+    """An agent that forgets between trials (``Agent.reset``)."""
+
+    def reset(self) -> None:
+        """Forget anything kept between trials."""
+        ...
+
+
+@runtime_checkable
+class UpdatesMemory(Protocol):
+    """An agent that folds each step's outcome into its state (MetaRLGym's deprecated hook)."""
+
+    def update_memory(
+        self, messages: list[dict[str, Any]], action: Any, reward: float, agent_state: Any
+    ) -> Any:
+        """The agent state after the step (None: unchanged)."""
+        ...
+
+
 def reset_agent(agent: Any) -> None:
     """Reset an agent before a trial, by ``reset_memory`` or else ``reset`` (either may be absent).
 
-    Duck-typed so that agents subclassing MetaRLGym's own ``Agent`` class run too.
+    Structural (``ResetsMemory``, ``Resets``), so that agents subclassing MetaRLGym's own
+    ``Agent`` class run too.
     """
-    hook = getattr(agent, "reset_memory", None) or getattr(agent, "reset", None)
-    if callable(hook):
-        hook()
+    if implements(agent, ResetsMemory):
+        agent.reset_memory()
+    elif implements(agent, Resets):
+        agent.reset()
 
 
 def remember(
     agent: Any, messages: list[dict[str, Any]], action: Any, reward: float, agent_state: Any
 ) -> Any:
     """The agent state after ``update_memory`` (kept as it was when the hook returns ``None``)."""
-    hook = getattr(agent, "update_memory", None)
-    if not callable(hook):
+    if not implements(agent, UpdatesMemory):
         return agent_state
-    updated = hook(messages, action, reward, agent_state)
+    updated = agent.update_memory(messages, action, reward, agent_state)
     return agent_state if updated is None else updated

@@ -14,6 +14,13 @@ refused there with a one-line error):
 | `UsesWorldActions` | use_world_actions    | hands it the world's action registry         |
 | `CallsLLM`         | gateway              | treats all-timeouts as an LLM outage         |
 | `BatchPolicy`      | batch_decider        | decides a whole step at once (`BatchWorld`)  |
+| `NamedPolicy`      | name                 | records that name (else the class's)         |
+| `SeededPolicy`     | seed                 | records it as the agent's seed               |
+| `AgentSeedPolicy`  | request_seed         | records the seed it derives for each agent   |
+
+Each is checked with ``vivarium.protocols.implements`` where the policy enters (the engine's
+build: ``vivarium.engine.capabilities``; the recorded name and seed: ``policy_name``,
+``policy_seed``), never probed for by name.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from vivarium.protocols import implements
 from vivarium.types import ActionRequest
 
 if TYPE_CHECKING:
@@ -155,6 +163,45 @@ class BatchPolicy(Protocol):
         ...
 
 
+@runtime_checkable
+class NamedPolicy(Protocol):
+    """A policy with a name (``"random"``), recorded for its agents instead of its class's."""
+
+    name: str
+
+
+@runtime_checkable
+class SeededPolicy(Protocol):
+    """A policy of one agent that runs on a seed of its own (None: it has none)."""
+
+    seed: int | None
+
+
+@runtime_checkable
+class AgentSeedPolicy(Protocol):
+    """A policy shared by several agents that derives each one's seed (an LLM policy's)."""
+
+    def request_seed(self, agent_id: str) -> int | None:
+        """The seed ``agent_id``'s requests carry (None: none)."""
+        ...
+
+
 def policy_name(policy: object) -> str:
-    """The name recorded for a policy: its ``name`` attribute, else its class name."""
-    return str(getattr(policy, "name", None) or type(policy).__name__)
+    """The name recorded for a policy: its ``name`` (``NamedPolicy``), else its class name."""
+    name = policy.name if implements(policy, NamedPolicy) else None
+    return str(name or type(policy).__name__)
+
+
+def policy_seed(policy: object, agent_id: str) -> Any:
+    """The seed ``agent_id`` runs on, as its policy reports it (None: it reports none).
+
+    The policy's own ``seed``, else (a policy shared by several agents, such as an LLM policy
+    with a master seed) the one it derives for this agent, ``request_seed(agent_id)``. Read
+    where Vivarium did not choose the agent's seed itself: for a policy built by a registered
+    factory or given as an instance (``vivarium.experiment.build.recorded_seeds``, which decides every
+    agent's recorded seed for a run), and for an engine built by hand.
+    """
+    seed = policy.seed if implements(policy, SeededPolicy) else None
+    if seed is None and implements(policy, AgentSeedPolicy):
+        seed = policy.request_seed(agent_id)
+    return seed

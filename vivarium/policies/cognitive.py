@@ -23,7 +23,6 @@ Nothing timing-dependent is recorded here, so traces stay byte-identical on repl
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,9 +31,11 @@ from typing import Any, TypedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from vivarium.errors import ConfigError
-from vivarium.gateways.base import LLMResponse, stop_if_unavailable
+from vivarium.gateways.base import LLMResponse
+from vivarium.gateways.effects import Flow, arun, run
 from vivarium.memory import StoreSource, search_memories, store_for
 from vivarium.optional import available, require
+from vivarium.policies.asking import ask
 from vivarium.policies.budget import DEFAULT_CONTEXT_TOKENS, fit_messages, tool_characters
 from vivarium.policies.graph_batch import batch_graph, batcher
 from vivarium.policies.parsing import FALLBACK_ACTION, MAX_REASON_CHARS, parse_action, truncate
@@ -52,6 +53,7 @@ from vivarium.policies.sections import (
     render_query,
 )
 from vivarium.seeding import shared_policy_seed
+from vivarium.settings import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
 from vivarium.types import ActionRequest
 from vivarium.worlds.registry import ActionRegistry
 
@@ -62,8 +64,8 @@ class CognitivePolicyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
-    temperature: float = Field(0.0, ge=0.0)
-    max_tokens: int = Field(128, ge=1)
+    temperature: float = Field(DEFAULT_TEMPERATURE, ge=0.0)  # as ``llm.temperature``'s
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
     system_prompt: str | None = None
     # True: force the world's main action (its registry's default_tool: post_message in the
     # channel, write_artifact in the ecology); a name: force that tool, which the world must
@@ -291,24 +293,18 @@ class _CognitiveCore:
         )
 
     # -- stage 2: the model call (errors are returned, not raised) ------------------------------
+    def asking(self, request: dict[str, Any]) -> Flow[tuple[LLMResponse | None, str | None]]:
+        """The model call as a flow (``asking.ask``): the reply, or the fallback reason."""
+        response, exc = yield from ask(self.gateway, request)
+        return response, None if exc is None else _error_reason(exc)
+
     def call(self, request: dict[str, Any]) -> tuple[LLMResponse | None, str | None]:
-        try:
-            return _checked(self.gateway.chat(**request)), None
-        except Exception as exc:
-            stop_if_unavailable(exc)  # an outage stops the run; it is not the agent's doing
-            return None, _error_reason(exc)
+        """The model call, blocking (``gateway.chat``): the reply, or the fallback reason."""
+        return run(self.asking(request))
 
     async def acall(self, request: dict[str, Any]) -> tuple[LLMResponse | None, str | None]:
-        try:
-            achat = getattr(self.gateway, "achat", None)
-            if achat is None:  # a sync-only gateway still works, off the event loop
-                reply = await asyncio.to_thread(self.gateway.chat, **request)
-            else:
-                reply = await achat(**request)
-            return _checked(reply), None
-        except Exception as exc:
-            stop_if_unavailable(exc)
-            return None, _error_reason(exc)
+        """The model call on the event loop (``gateway.achat``)."""
+        return await arun(self.asking(request))
 
     # -- stage 3: the action --------------------------------------------------------------------
     def to_action(
@@ -361,11 +357,6 @@ class _CognitiveCore:
         return ActionRequest(**fields)
 
 
-def _checked(reply: Any) -> LLMResponse:
-    """Gateways return ``LLMResponse``; a dict from a hand-written one is accepted too."""
-    return reply if isinstance(reply, LLMResponse) else LLMResponse.model_validate(reply)
-
-
 class SimpleCognitivePolicy(_CognitiveCore):
     """build messages -> call the model -> parse the action, as plain function calls."""
 
@@ -377,23 +368,20 @@ class SimpleCognitivePolicy(_CognitiveCore):
         A failed call or an unparseable reply becomes a recorded fallback action; an
         infrastructure failure (an unreachable server) stops the run instead, resumably.
         """
-        plan = self.plan(agent_id, observation)
-        response, error = self.call(plan.request)
-        return self.to_action(
-            run_id=run_id,
-            time_step=time_step,
-            agent_id=agent_id,
-            plan=plan,
-            response=response,
-            error=error,
-        )
+        return run(self._decision(run_id, time_step, agent_id, observation))
 
     async def adecide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
     ) -> ActionRequest:
         """``decide`` with the model called through ``gateway.achat``, for concurrent steps."""
+        return await arun(self._decision(run_id, time_step, agent_id, observation))
+
+    def _decision(
+        self, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> Flow[ActionRequest]:
+        """The decision as one flow: the prompt, the model call, the action."""
         plan = self.plan(agent_id, observation)
-        response, error = await self.acall(plan.request)
+        response, error = yield from self.asking(plan.request)
         return self.to_action(
             run_id=run_id,
             time_step=time_step,

@@ -19,7 +19,7 @@ sweep.index          # one row per run: params, seed, status, error, path, attem
   transaction (WAL, busy timeout), so workers and readers in other processes never see half a
   write; a lock file keeps a second sweep process out of a folder while one is running.
 - **Resuming.** Running a sweep again skips the runs whose trace is complete and valid, resumes
-  interrupted or failed runs exactly, their committed steps kept (``vivarium.runner.resume_run``),
+  interrupted or failed runs exactly, their committed steps kept (``vivarium.experiment.runner.resume_run``),
   and reruns the rest. A run that fails records its error (one line) in the index;
   the other runs go on. At the end, a sweep whose every run failed raises ``SweepFailed``; one
   with failed runs, or complete runs that are not clean results (``Sweep.problems``: decisions

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vivarium.config import MAX_SEED, ExperimentConfig, make_config, merge_overrides
 from vivarium.errors import ConfigError
+from vivarium.experiment.config import MAX_SEED, ExperimentConfig, make_config
+from vivarium.experiment.overrides import merge_overrides
 from vivarium.sweep.backends import BACKENDS, Backend
 from vivarium.sweep.results import Sweep
 from vivarium.sweep.run import run_sweep
@@ -190,7 +191,7 @@ def main_sweep(
         ConfigError: The file, its ``sweep:`` section or an argument is invalid, or a plugin
             cannot be imported.
     """
-    from vivarium.config import load_config_data
+    from vivarium.experiment.config import load_config_data
 
     data = load_config_data(config_path)
     experiment, settings = split_sweep_section(data, where=str(config_path))

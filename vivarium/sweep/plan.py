@@ -15,9 +15,10 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from vivarium.build import check_names
-from vivarium.config import MAX_SEED, ExperimentConfig, make_config, merge_overrides
 from vivarium.errors import ConfigError
+from vivarium.experiment.build import check_names
+from vivarium.experiment.config import MAX_SEED, ExperimentConfig, make_config
+from vivarium.experiment.overrides import merge_overrides
 from vivarium.seeding import canonical_json, derive_seed
 
 __all__ = [
@@ -126,7 +127,7 @@ def _apply(data: dict[str, Any], flat: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` with the dotted fields ``flat`` set, merged as every entry point merges.
 
     A sweep axis or an explicit config sets the fields it names and keeps the others of a
-    section (``llm.temperature`` keeps the model): ``vivarium.config.merge_overrides``.
+    section (``llm.temperature`` keeps the model): ``vivarium.experiment.overrides.merge_overrides``.
     """
     nested = _nested(flat)
     for key, value in nested.items():

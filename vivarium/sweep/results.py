@@ -20,8 +20,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vivarium.config import ExperimentConfig
 from vivarium.errors import TraceError
+from vivarium.experiment.config import ExperimentConfig
 from vivarium.seeding import canonical_json
 from vivarium.sweep.index import STATUSES, read_index
 from vivarium.sweep.plan import describe_run

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vivarium.build import opaque_inputs
-from vivarium.config import ExperimentConfig
 from vivarium.errors import ConfigError, SweepFailed, SweepWarning
-from vivarium.objects import resolve_references
-from vivarium.runner import DEFAULT_RUNS_DIR, identified, progress_enabled
+from vivarium.experiment.config import ExperimentConfig
+from vivarium.experiment.identity import opaque_inputs
+from vivarium.experiment.objects import resolve_references
+from vivarium.experiment.runner import DEFAULT_RUNS_DIR, identified, progress_enabled
 from vivarium.sweep.backends import BACKENDS, EXECUTORS, Backend, default_workers
 from vivarium.sweep.index import INDEX_FILE, FolderLock, SweepIndex, utc_now
 from vivarium.sweep.plan import ConfigSource, as_config, plan_sweep
@@ -37,7 +37,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _other_code(path: Path) -> bool:
     """Whether a trace records other package code than this process runs (see build)."""
-    from vivarium.build import CODE_META_KEY, package_code_digest
+    from vivarium.experiment.identity import CODE_META_KEY, package_code_digest
     from vivarium.trace.db import read_meta
 
     try:
@@ -106,7 +106,7 @@ def run_sweep(
     ):
         raise ConfigError(f"sweep: max_workers must be a whole number >= 1, not {max_workers!r}")
     # Objects referred to as they are now, so workers receive them under the references the
-    # runs' identities use (``vivarium.objects.resolve_references``).
+    # runs' identities use (``vivarium.experiment.objects.resolve_references``).
     base_config = resolve_references(as_config(base))
     runs = plan_sweep(base_config, grid, configs, seed=seed, replications=replications)
     out = Path(folder) if folder is not None else DEFAULT_RUNS_DIR / f"{base_config.name}-sweep"
@@ -225,7 +225,7 @@ def _check_sendable_options(runs: Sequence[Any]) -> None:
     A sweep sends each run's config to its workers as plain data; a world or policy given as
     an object is sent by value (``pack_registrations``), so that is where an object belongs.
     """
-    from vivarium.config import non_plain_options
+    from vivarium.experiment.config import non_plain_options
 
     for run in runs:
         found = non_plain_options(run.config)

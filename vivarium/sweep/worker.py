@@ -30,7 +30,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vivarium.config import ExperimentConfig, make_config
 from vivarium.errors import (
     ConfigError,
     ResumeDiverged,
@@ -39,7 +38,8 @@ from vivarium.errors import (
     TraceError,
     VivariumError,
 )
-from vivarium.runner import llm_settings, resume_run, run_experiment
+from vivarium.experiment.config import ExperimentConfig, make_config
+from vivarium.experiment.runner import resume_run, run_experiment, transport_settings
 from vivarium.sweep.index import SweepIndex, utc_now
 from vivarium.sweep.plan import PlannedRun
 from vivarium.trace.run import read_run_record
@@ -109,7 +109,7 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
         runs: The sweep's planned runs.
 
     A world or policy given as a Python object (``Experiment(world=MyWorld)``) travels the
-    same way, under ``"object"`` (see ``vivarium.objects``); one from a module made at run time
+    same way, under ``"object"`` (see ``vivarium.experiment.objects``); one from a module made at run time
     (a notebook's) travels by value too.
 
     Returns:
@@ -120,9 +120,10 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
     Raises:
         ConfigError: A factory cannot be pickled (naming it, and ``backend='inline'``).
     """
-    from vivarium.build import POLICIES, WORLDS, factory_digest
     from vivarium.engine.reporters import active_reporters
-    from vivarium.objects import dumps_by_value, pack_objects
+    from vivarium.experiment.build import POLICIES, WORLDS
+    from vivarium.experiment.identity import factory_digest
+    from vivarium.experiment.objects import dumps_by_value, pack_objects
 
     user: dict[str, dict[str, Any]] = {"world": {}, "policy": {}}
     names: set[str] = set()
@@ -171,7 +172,7 @@ def pack_registrations(runs: Sequence[PlannedRun]) -> bytes | None:
     if objects:
         user["object"] = objects
     if reporters:
-        from vivarium.build import reporter_digests
+        from vivarium.experiment.identity import reporter_digests
 
         user["reporters"] = reporters
         # As named here, where their code is (a worker's copy is not in its file).
@@ -200,8 +201,8 @@ def _apply_registrations(blob: bytes | None) -> None:
         return
     import cloudpickle  # noqa: F401  (objects pickled by value need it to load)
 
-    from vivarium.build import keep_sent_digest, register_policy, register_world
-    from vivarium.objects import unpack_objects
+    from vivarium.experiment.build import keep_sent_digest, register_policy, register_world
+    from vivarium.experiment.objects import unpack_objects
 
     user = pickle.loads(blob)
     reporters = user.get("reporters")
@@ -215,19 +216,6 @@ def _apply_registrations(blob: bytes | None) -> None:
         kind, _, name = key.partition(":")
         keep_sent_digest(kind, name, user[kind][name], digest)
     _APPLIED_REGISTRATIONS.add(key)
-
-
-def _llm_transport(config: ExperimentConfig) -> dict[str, Any] | None:
-    """How a resumed run's LLM calls go on, or None for a run without LLM agents.
-
-    The settings a run records (``llm_settings``: the concurrency is the one the run used,
-    whichever place set it) and the API key it never records.
-    """
-    settings = llm_settings(config) if config.llm is not None else None
-    if settings is None:
-        return None
-    settings["api_key"] = config.llm.api_key  # type: ignore[union-attr]
-    return {k: v for k, v in settings.items() if v is not None}
 
 
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -285,7 +273,9 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
             warnings.simplefilter("ignore", ResumedWarning)
             if is_resumable(path, task["run_id"]):
                 try:  # the exact resume: the committed steps kept, re-executed, checked
-                    resume_run(path, progress=False, llm=_llm_transport(config))
+                    # How its LLM calls go on: as ``Experiment.run`` resumes one (the settings
+                    # the run records, the concurrency it used, and the key it never records).
+                    resume_run(path, progress=False, llm=transport_settings(config))
                     result["action"] = "resumed"
                 except (TraceError, ConfigError, ResumeDiverged):
                     # It cannot go on (damaged, or not reproducible): the run starts over.

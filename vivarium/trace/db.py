@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vivarium.errors import TraceError
+from vivarium.settings import DEFAULT_DETERMINISTIC_TIMESTAMPS
 from vivarium.trace.llm_texts import TextStore, encode_exchange, known_texts
 from vivarium.trace.onefile import (
     FileId,
@@ -582,7 +583,7 @@ class TraceDb:
         path: str | os.PathLike[str],
         *,
         overwrite: bool = True,
-        deterministic_timestamps: bool = True,
+        deterministic_timestamps: bool = DEFAULT_DETERMINISTIC_TIMESTAMPS,
         max_pages: int | None = None,
         _resume: bool = False,
     ) -> None:

@@ -192,7 +192,7 @@ class RunHealth:
     inactive_agents: tuple[InactiveAgent, ...] = ()
     # Facts worth knowing that are no problem: ``resumed after 2 interruptions (steps 4, 9)``.
     # A resumed run is a whole result (its tables are the uninterrupted run's: see
-    # ``vivarium.runner.resume_run``), so its interruptions never make it not ``ok``.
+    # ``vivarium.experiment.runner.resume_run``), so its interruptions never make it not ``ok``.
     notes: tuple[str, ...] = ()
 
     @property

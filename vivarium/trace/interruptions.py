@@ -1,7 +1,7 @@
 """A run's interruptions: when it stopped before its end, at which step, why, what it discarded.
 
 A resumed run's result is the uninterrupted run's, table for table (see
-``vivarium.runner.resume_run``), so nothing in those tables tells that it stopped on the way.
+``vivarium.experiment.runner.resume_run``), so nothing in those tables tells that it stopped on the way.
 That is history worth keeping (an LLM run that needed nine resumes against a flaky server
 says something about the server, and what a sampling model answered in a step that was then
 discarded is gone otherwise), so it is kept apart, in the ``interruptions`` table

@@ -360,9 +360,22 @@ def chain_hash(
     transitions: list[tuple[Any, ...]],
     clock: float | None = None,
 ) -> str:
-    """State hash of a step: SHA-256 over the previous hash, the world digest and every row.
+    r"""State hash of a step: SHA-256 over the previous hash, the world digest and every row.
 
-    A changed, dropped or reordered row anywhere breaks the chain from that step on.
+    A changed, dropped or reordered row anywhere breaks the chain from that step on. Every trace
+    ever written records these hashes and ``vvm validate`` recomputes them, so the bytes hashed
+    never change for rows that exist (``tests/trace/test_state_hash.py`` pins them). They are,
+    joined, with ``GS`` = ``\x1d``, ``RS`` = ``\x1e`` and a null field as one ``\x00`` byte:
+
+    - ``previous GS step GS world_digest GS n_actions`` (``previous`` is the step before's
+      hash, ``GENESIS_HASH`` for step 0; numbers in decimal);
+    - ``\x1a`` and ``repr(clock)``, for a step with a clock (an autonomous run's);
+    - ``GS`` and each decision column but ``fallback`` as stored per step (``ACTION_COLUMNS``
+      order: a compact JSON array over the step's decisions, null when every value is null);
+    - ``\x1f`` and the ``fallback`` array, only for a step where some decision fell back;
+    - for each message in order, ``\x1c`` and ``seq RS author_id RS channel RS content``;
+    - for each transition in order, ``\x1b`` and ``agent_idx RS from_state RS to_state RS
+      trigger``, then ``RS 1`` when the move is routine (its reason is not hashed).
     """
     parts = [f"{previous}\x1d{step}\x1d{world_digest}\x1d{n_actions}".encode()]
     if clock is not None:

@@ -1,13 +1,13 @@
 """What a trace holds for resuming its run: checkpoints, recorded hashes and calls, settings.
 
 A run that stopped (killed, Ctrl-C, an LLM outage) is finished in place so that its trace is
-the run's as if never stopped (``vivarium.runner.resume_run``): from the latest usable
+the run's as if never stopped (``vivarium.experiment.runner.resume_run``): from the latest usable
 checkpoint (or the start), its committed steps are re-executed, each checked against the state
 hash it recorded (``recorded_hashes``; ``step_difference`` says what differs when one is not),
 with their LLM calls answered from the trace's own rows (``recorded_calls``), and it goes on
 with the LLM settings it recorded. This module is the trace's side of that: it reads (and
 records) those facts in the trace file and knows nothing of configs or engines, which belong to
-``vivarium.runner``.
+``vivarium.experiment.runner``.
 """
 
 from __future__ import annotations

@@ -21,6 +21,19 @@ its ``messages`` columns sit beside ours as virtual generated columns (``aam_com
 
 ``PRAGMA application_id`` marks the file as a Vivarium trace and ``PRAGMA user_version`` carries
 the schema version, so both checks cost one page read and need no table to exist.
+
+The compatibility promise: a trace written by any version validates, reads into every frame and
+exports under every later version, and one of the schema a version writes also resumes. So the
+schema changes only by a new ``SCHEMA_VERSION``, never in place, and a new version ships with
+the reader of the old: ``READABLE_VERSIONS`` lists every version ever written, and
+``tests/golden`` holds genuine traces of each (files of old schemas written by the commit that
+last wrote them), with their known hashes; ``tests/trace/test_golden.py`` checks that they
+still validate and read, and that a run of this version is still written byte for byte as its
+golden file was. The state hash a trace records is covered the same way
+(``vivarium.trace.records.chain_hash`` documents its bytes): changing it would make every
+existing trace fail validation, so it never changes for rows that already exist; a new column
+is hashed only when it holds something (``fallback``, ``routine``). Replacing a golden file is
+a decision (``scripts/make_golden.py --force``), not a side effect.
 """
 
 from __future__ import annotations
@@ -39,6 +52,13 @@ APPLICATION_ID = 0x56495652  # "VIVR"
 # ``transitions.reason`` keeps the reason a model gave. Traces of schemas 1 and 2 are read as
 # they are (their decisions from the steps' arrays); they cannot be resumed by this version.
 SCHEMA_VERSION = 3
+
+READABLE_VERSIONS = (1, 2, 3)
+"""Every trace schema version this Vivarium validates, reads and exports: each one ever written.
+
+A new ``SCHEMA_VERSION`` is added here and none is ever removed; each has golden traces under
+``tests/golden`` that the tests read (only ``SCHEMA_VERSION`` itself is resumed).
+"""
 
 # Row ids are derived from (step, seq): a resumed run rewrites exactly the rows it replaces.
 SEQ_BITS = 24
@@ -377,7 +397,7 @@ REPORTER_TABLES = (MODEL_VARS, AGENT_VARS)
 # -- interruptions (a run's history, not its result) ------------------------------------------
 # Created by the first interruption of a run (``CREATE TABLE IF NOT EXISTS``), never in ``DDL``:
 # a run never interrupted keeps exactly the file layout it always had. A resumed run's other
-# tables equal an uninterrupted run's (see ``vivarium.runner.resume_run``); this one says what
+# tables equal an uninterrupted run's (see ``vivarium.experiment.runner.resume_run``); this one says what
 # happened on the way. Its ``recorded_at`` is wall-clock time on purpose: when a run stopped is
 # history, as a log line is, not a result, so it is outside the state hash and the rest of
 # the file (which stays byte-identical across machines and reruns).

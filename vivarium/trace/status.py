@@ -37,7 +37,7 @@ def is_resumable(path: str | os.PathLike[str], run_id: str) -> bool:
     """Whether ``path`` holds an unfinished trace of ``run_id`` with committed steps to keep.
 
     A resume needs no checkpoint: it re-executes the committed steps from the trace (see
-    ``vivarium.runner.resume_run``); checkpoints only shorten that.
+    ``vivarium.experiment.runner.resume_run``); checkpoints only shorten that.
 
     Args:
         path: The trace file.

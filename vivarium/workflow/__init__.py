@@ -7,7 +7,9 @@ The names load on first use, so ``import vivarium.workflow`` stays cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vivarium.lazy import lazy_names
 
 if TYPE_CHECKING:
     from vivarium.workflow.config import (
@@ -46,18 +48,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a workflow name on first use (see ``__all__``)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vivarium.workflow' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names, loaded or not."""
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, __all__)

@@ -75,7 +75,6 @@ agent's life for ``actions_taken``, ``revenue_earned``...: ``vivarium.workflow.p
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,10 +82,13 @@ from typing import Any
 
 from vivarium import sandbox
 from vivarium.errors import RunStoppingError
-from vivarium.gateways.base import LLMResponse, stop_if_unavailable
+from vivarium.gateways.base import LLMResponse, ModelGateway
+from vivarium.gateways.effects import Effect, arun, run
+from vivarium.policies.asking import ask
 from vivarium.policies.budget import DEFAULT_CONTEXT_TOKENS
 from vivarium.policies.parsing import FALLBACK_ACTION, MAX_REASON_CHARS, truncate
 from vivarium.policies.prompting import arg_models_for, available_tools, describe_tool
+from vivarium.protocols import implements
 from vivarium.seeding import canonical_json, workflow_request_seed
 from vivarium.types import ActionRequest
 from vivarium.workflow.code_actions import EXECUTE_DECISION, NOOP, describe_unknown
@@ -128,8 +130,9 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 Request = dict[str, Any]
-Reply = tuple[LLMResponse | None, str | None]
-Flow = Generator[Request, Reply, Any]
+# A decision, written once: it yields each model call (``asking.Chat``) and gets its reply back;
+# ``decide`` and ``adecide`` drive it (``gateways.effects``).
+Flow = Generator[Effect, Any, Any]
 
 
 class StepFailed(Exception):
@@ -253,7 +256,8 @@ class WorkflowPolicy:
         self._own_registry = registry is not None
         self.registry = registry
         self.machine = StateMachine.from_config(spec.workflow)
-        self.model = spec.llm_model or model or getattr(gateway, "model", None) or "mock"
+        own = gateway.model if implements(gateway, ModelGateway) else None  # the gateway's
+        self.model = spec.llm_model or model or own or "mock"
         self.temperature = next((t for t in (spec.temperature, temperature) if t is not None), 0.0)
         self.max_tokens = spec.max_tokens or max_tokens or DEFAULT_MAX_TOKENS
 
@@ -489,7 +493,7 @@ class WorkflowPolicy:
     def _flow(
         self, *, run_id: str, time_step: int, agent_id: str, observation: Mapping[str, Any]
     ) -> Flow:
-        """Yields each model request, gets ``(response, error)`` back, returns the action.
+        """Yields each model call (``asking.Chat``), gets its reply back, returns the action.
 
         ``decide`` and ``adecide`` drive the same generator, so they cannot disagree.
         """
@@ -746,11 +750,13 @@ class WorkflowPolicy:
             raise StepFailed(describe_unknown(str(name)))
         d.stop = f"{step.name}: {name}"
 
-    def _ask(self, d: _Decision, request: Request) -> Generator[Request, Reply, LLMResponse]:
-        response, error = yield request
+    def _ask(self, d: _Decision, request: Request) -> Generator[Effect, Any, LLMResponse]:
+        response, exc = yield from ask(self.gateway, request)
         d.llm_calls += 1
         if response is None:
-            raise StepFailed(error or "llm error: no response")
+            raise StepFailed(
+                "llm error: no response" if exc is None else _error_text("llm error: ", exc)
+            )
         d.llm_tokens += int(response.usage.total_tokens or 0)
         if (
             response.finish_reason == "length"
@@ -850,12 +856,7 @@ class WorkflowPolicy:
         flow = self._flow(
             run_id=run_id, time_step=time_step, agent_id=agent_id, observation=observation
         )
-        try:
-            request = next(flow)
-            while True:
-                request = flow.send(self._call(request))
-        except StopIteration as stop:
-            return stop.value
+        return run(flow)
 
     async def adecide(
         self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
@@ -864,35 +865,7 @@ class WorkflowPolicy:
         flow = self._flow(
             run_id=run_id, time_step=time_step, agent_id=agent_id, observation=observation
         )
-        try:
-            request = next(flow)
-            while True:
-                request = flow.send(await self._acall(request))
-        except StopIteration as stop:
-            return stop.value
-
-    def _call(self, request: Request) -> Reply:
-        try:
-            return _checked(self.gateway.chat(**request)), None
-        except Exception as exc:
-            stop_if_unavailable(exc)  # an outage stops the run; it is not the agent's doing
-            return None, _error_text("llm error: ", exc)
-
-    async def _acall(self, request: Request) -> Reply:
-        try:
-            achat = getattr(self.gateway, "achat", None)
-            if achat is None:
-                reply = await asyncio.to_thread(self.gateway.chat, **request)
-            else:
-                reply = await achat(**request)
-            return _checked(reply), None
-        except Exception as exc:
-            stop_if_unavailable(exc)
-            return None, _error_text("llm error: ", exc)
-
-
-def _checked(reply: Any) -> LLMResponse:
-    return reply if isinstance(reply, LLMResponse) else LLMResponse.model_validate(reply)
+        return await arun(flow)
 
 
 def _bump(counter: dict[str, Any], key: str) -> None:

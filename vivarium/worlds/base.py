@@ -14,6 +14,23 @@ say ``snapshot`` without ``restore``, is refused there with a one-line error):
 | `CheckpointableWorld` | snapshot, restore                  | checkpoints it and resumes it       |
 | `LLMQuotaWorld`       | over_llm_quota, record_llm_usage   | bars agents over their token quota  |
 | `BatchWorld`          | batch_actions, apply_batch         | applies a whole step in one call    |
+| `ModelReportingWorld` | model_reporters                    | records them after every step       |
+| `AgentReportingWorld` | agent_reporters                    | records them after every step       |
+| `AgentListWorld`      | agent_ids                          | aligns agent reporters with it      |
+
+The figures ask for more, never the engine (``vivarium.analysis.world_view``, the panel):
+
+| protocol              | members                            | the world view then                 |
+|-----------------------|------------------------------------|-------------------------------------|
+| `GridWorld`           | grid (a `PositionedWorld`)         | draws each agent on its grid cell   |
+| `PositionedWorld`     | positions                          | the same, from the world itself     |
+| `SizedWorld`          | width, height (of it or its grid)  | draws a grid of that size           |
+
+And the documentation (``vivarium.worlds.docs.describe``, the docs site's worlds page) reads
+`DocumentedWorld` (``OBSERVATION_KEYS``) and `ActionWorld`.
+
+Each protocol is checked once, where the world enters (``vivarium.engine.capabilities`` when a
+run is built, ``vivarium.protocols.implements``), never probed for by name afterwards.
 
 One step, as the engine runs it:
 
@@ -38,12 +55,13 @@ as they are. Rows must be exactly what the per-agent loop would have stored.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from vivarium.trace.records import encode_column
 from vivarium.types import ActionRequest, ActionResult
+from vivarium.worlds.observation import ObservationKey
 
 if TYPE_CHECKING:
     from vivarium.worlds.registry import ActionRegistry
@@ -259,6 +277,84 @@ class BatchWorld(Protocol):
             The outcome columns, one row per decision, in the same order.
         """
         ...
+
+
+Reporter = Callable[[Any], Any]
+"""A reporter: called with the world after every step, it returns a value to record."""
+
+
+@runtime_checkable
+class ModelReportingWorld(Protocol):
+    """A world that records values about itself after every step (Mesa's model reporters).
+
+    ``{"gini": lambda world: gini(world.wealth)}``: each is called with the world once before
+    step 0 and after every step, and returns one value (a number, bool, string or anything JSON
+    holds). See ``vivarium.engine.reporters``.
+    """
+
+    model_reporters: Mapping[str, Reporter]
+
+
+@runtime_checkable
+class AgentReportingWorld(Protocol):
+    """A world that records a value per agent after every step (Mesa's agent reporters).
+
+    ``{"wealth": lambda world: world.wealth}``: each returns one value per agent, a sequence in
+    the world's agent order (``AgentListWorld``, else the run's sorted agent ids) or a mapping
+    agent id -> value.
+    """
+
+    agent_reporters: Mapping[str, Reporter]
+
+
+@runtime_checkable
+class AgentListWorld(Protocol):
+    """A world that keeps its own list of its agents: the order its agent reporters follow.
+
+    Read again at every step (a world may reorder its list, as Mesa's models shuffle theirs);
+    None means no list for now (the run's order).
+    """
+
+    agent_ids: Sequence[str] | None
+
+
+@runtime_checkable
+class PositionedWorld(Protocol):
+    """A world (or its grid) that says where each agent stands on a grid of cells."""
+
+    def positions(self) -> Mapping[str, tuple[int, int]]:
+        """Each agent's cell, ``agent_id -> (x, y)``; several agents may share a cell."""
+        ...
+
+
+@runtime_checkable
+class GridWorld(Protocol):
+    """A world whose agents stand on a grid (``vivarium.worlds.grid.Grid``).
+
+    Its ``grid`` is drawn when it is a ``PositionedWorld`` (has ``positions()``); any other
+    ``grid`` (an array of cells, say) is the world's own business.
+    """
+
+    grid: Any
+
+
+@runtime_checkable
+class SizedWorld(Protocol):
+    """A world (or its grid) ``width`` cells wide and ``height`` high (integers)."""
+
+    width: int
+    height: int
+
+
+@runtime_checkable
+class DocumentedWorld(Protocol):
+    """A world that declares the keys of its observations (``vivarium.worlds.observation``).
+
+    Read by ``vivarium.worlds.docs.describe`` and the docs site's worlds page, of the class or
+    of an instance.
+    """
+
+    OBSERVATION_KEYS: Sequence[ObservationKey]
 
 
 def world_name(world: object) -> str:

@@ -2,7 +2,7 @@
 
 Every agent starts with ``starting_wealth`` units (1). Each step every agent with wealth gives one
 unit to another agent picked at random; wealth is conserved and its distribution grows a long
-tail. World ``boltzmann`` and policy ``boltzmann`` are built in (``vivarium.build`` imports this
+tail. World ``boltzmann`` and policy ``boltzmann`` are built in (``vivarium.experiment.build`` imports this
 module when a run uses them):
 
 ```python

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from vivarium.settings import DEFAULT_MESSAGE_HISTORY_LIMIT
 from vivarium.types import ActionRequest, ActionResult
 from vivarium.worlds.base import BatchDecisions, BatchOutcomes
 from vivarium.worlds.observation import ObservationKey
@@ -92,7 +93,9 @@ class InMemoryChannel:
     name = "channel"
 
     def __init__(
-        self, message_history_limit: int = 20, registry: ActionRegistry | None = None
+        self,
+        message_history_limit: int = DEFAULT_MESSAGE_HISTORY_LIMIT,
+        registry: ActionRegistry | None = None,
     ) -> None:
         """An empty board.
 

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vivarium.errors import ConfigError
-from vivarium.worlds.observation import ObservationKey, observation_keys
+from vivarium.protocols import implements
+from vivarium.worlds.base import ActionWorld, DocumentedWorld, NamedWorld, World
+from vivarium.worlds.observation import ObservationKey
 from vivarium.worlds.registry import ActionRegistry, ActionSpec
 
 
@@ -49,7 +51,7 @@ def _boltzmann() -> tuple[type, ActionRegistry]:
     return BoltzmannWorld, BOLTZMANN_ACTIONS
 
 
-# The built-in worlds (``vivarium.build.BUILTIN_WORLDS``; a test keeps the two lists equal),
+# The built-in worlds (``vivarium.experiment.build.BUILTIN_WORLDS``; a test keeps the two lists equal),
 # imported only when described: the ecology world pulls in the sandbox and the memory index.
 BUILTIN_WORLDS: dict[str, Callable[[], tuple[type, ActionRegistry]]] = {
     "channel": _channel,
@@ -189,21 +191,31 @@ def _resolve(world: Any) -> tuple[str, type, ActionRegistry | None]:
         cls, registry = loader()
         return world, cls, registry
     builtin = dict(loader() for loader in BUILTIN_WORLDS.values())
-    if inspect.isclass(world):
-        cls = world
-        own = getattr(cls, "registry", None)
-        registry = own if isinstance(own, ActionRegistry) else builtin.get(cls)
-    elif callable(getattr(world, "observe", None)):
-        cls = type(world)
-        own = getattr(world, "registry", None)
+    if inspect.isclass(world) or implements(world, World):
+        # A class, or an instance: its own registry (``ActionWorld``), extensions included.
+        cls = world if inspect.isclass(world) else type(world)
+        own = world.registry if implements(world, ActionWorld) else None
         registry = own if isinstance(own, ActionRegistry) else builtin.get(cls)
     else:
         raise ConfigError(
             f"describe: {world!r} is not a world: pass a built-in world's name, a world class "
             "or a world instance (a factory function cannot be described without calling it)"
         )
-    name = getattr(world, "name", None)
+    name = world.name if implements(world, NamedWorld) else None
     return (name if isinstance(name, str) and name else cls.__name__), cls, registry
+
+
+def observation_keys(world: object) -> tuple[ObservationKey, ...] | None:
+    """The keys a world (class or instance) declares in ``OBSERVATION_KEYS``, if it does.
+
+    Args:
+        world: A world class or instance (``vivarium.worlds.base.DocumentedWorld``).
+
+    Returns:
+        The declared keys, in order; None when the world declares none.
+    """
+    keys = world.OBSERVATION_KEYS if implements(world, DocumentedWorld) else None
+    return None if keys is None else tuple(keys)
 
 
 def _summary(cls: type) -> str:

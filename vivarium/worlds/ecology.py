@@ -55,6 +55,7 @@ from vivarium import sandbox
 from vivarium.errors import ConfigError
 from vivarium.memory import AgentMemory, LexicalMemory, MemoryView, frozen_search, memory_entry
 from vivarium.seeding import canonical_json
+from vivarium.settings import DEFAULT_MESSAGE_HISTORY_LIMIT
 from vivarium.types import ActionRequest, ActionResult
 from vivarium.worlds.ledger import InsufficientScrip, Ledger
 from vivarium.worlds.observation import ObservationKey
@@ -462,7 +463,7 @@ class EcologyWorld:
         disk_quota_bytes: int = 65536,
         llm_token_quota: int | None = None,
         total_steps: int = 100,
-        message_history_limit: int = 20,
+        message_history_limit: int = DEFAULT_MESSAGE_HISTORY_LIMIT,
         memory_limit: int = 200,
         failure_history_limit: int = 5,
         action_history_limit: int = 10,

@@ -2,7 +2,8 @@
 
 A policy author needs the keys of an observation, their types and what they mean. A world
 states them once, as ``OBSERVATION_KEYS`` on its class, next to the ``observe`` that builds
-them; ``vivarium.worlds.docs.describe`` and the docs site read that declaration, and the
+them (``vivarium.worlds.base.DocumentedWorld``); ``vivarium.worlds.docs.describe`` and the docs
+site read that declaration, and the
 built-in worlds' tests check that ``observe()`` returns exactly those keys, so the page cannot
 drift from the code.
 """
@@ -25,16 +26,3 @@ class ObservationKey:
     name: str
     type: str
     description: str
-
-
-def observation_keys(world: object) -> tuple[ObservationKey, ...] | None:
-    """The keys a world (class or instance) declares in ``OBSERVATION_KEYS``, if it does.
-
-    Args:
-        world: A world class or instance.
-
-    Returns:
-        The declared keys, in order; None when the world declares none.
-    """
-    keys = getattr(world, "OBSERVATION_KEYS", None)
-    return None if keys is None else tuple(keys)

@@ -1,7 +1,7 @@
 """The public face: ``Experiment`` configures a run, ``Run`` reads its trace as frames.
 
 ``Experiment`` is a facade over the layers below it: running one config into a trace (and
-resuming it) is ``vivarium.runner``'s, a grid of runs is ``vivarium.sweep``'s, the notebook
+resuming it) is ``vivarium.experiment.runner``'s, a grid of runs is ``vivarium.sweep``'s, the notebook
 panel is ``vivarium.widgets``'. ``Run`` is the trace's reader (``vivarium.trace.run``) with
 what needs this layer on top: the config as a model, ``resume()`` and ``summary()``.
 """
@@ -16,15 +16,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vivarium import runner
-from vivarium.config import (
-    ExperimentConfig,
-    llm_switch,
-    load_config_data,
-    make_config,
-    merge_overrides,
-)
 from vivarium.errors import ConfigError, OverrideWarning
+from vivarium.experiment import runner
+from vivarium.experiment.config import ExperimentConfig, load_config_data, make_config
+from vivarium.experiment.overrides import llm_switch, merge_overrides
 from vivarium.trace.run import TraceRun
 
 if TYPE_CHECKING:
@@ -96,7 +91,7 @@ class Experiment:
         """Make an experiment from a config, from config fields, or from both.
 
         ``world``, ``policy`` and each agent group's ``policy`` may be a class, a factory or an
-        instance as well as a name (see ``vivarium.objects``): the config names it by reference.
+        instance as well as a name (see ``vivarium.experiment.objects``): the config names it by reference.
 
         Args:
             config: A config to start from (default: the default config).
@@ -109,7 +104,7 @@ class Experiment:
             ConfigError: A field is unknown or has a bad value (one line naming it).
         """
         from vivarium.engine.reporters import check_reporters
-        from vivarium.objects import name_objects
+        from vivarium.experiment.objects import name_objects
 
         self.model_reporters = check_reporters(
             fields.pop("model_reporters", None), "model_reporters"
@@ -136,9 +131,9 @@ class Experiment:
 
         ``overrides`` replace the file's fields; a mapping (``llm``, ``autonomous``,
         ``world_options``, ...) sets only the fields it names within that section
-        (``vivarium.config.merge_overrides``, as everywhere).
+        (``vivarium.experiment.overrides.merge_overrides``, as everywhere).
         """
-        from vivarium.objects import name_objects
+        from vivarium.experiment.objects import name_objects
 
         data = load_config_data(path)
         if "sweep" in data:  # a sweep config runs here as its base experiment
@@ -172,7 +167,7 @@ class Experiment:
         """The run's id, derived from the config and the user code it uses, as they are now.
 
         The same config with the same code and the same values read by that code gives the
-        same id (see "What a run is" in the README, and ``vivarium.identity``).
+        same id (see "What a run is" in the README, and ``vivarium.experiment.digest``).
         """
         with self._started() as config:
             return config.resolved_run_id()
@@ -184,8 +179,8 @@ class Experiment:
         Objects are referred to as they are now (a notebook global they read may have changed
         since the experiment was made), and the experiment's reporters are in force.
         """
-        from vivarium.identity import snapshot
-        from vivarium.objects import resolve_references
+        from vivarium.experiment.digest import snapshot
+        from vivarium.experiment.objects import resolve_references
 
         with snapshot(), self._reporters():
             yield resolve_references(self.config)
@@ -213,7 +208,7 @@ class Experiment:
         failed or fell back: a ``SweepWarning`` with the count and the first error. A
         ``world`` or ``policy`` axis may list classes or factories as well as names.
         """
-        from vivarium.objects import name_object
+        from vivarium.experiment.objects import name_object
         from vivarium.sweep import run_sweep
 
         values = {key.replace("__", "."): list(v) for key, v in grid.items()}
@@ -304,7 +299,7 @@ class Experiment:
         starts it over); one of another run is replaced only with ``overwrite=True`` (see
         ``trace_path``); any other file is left alone (an error). Everything that can refuse
         the run (the path, the agents, an LLM server that is not there) is checked before the
-        file is touched. See ``vivarium.runner.run_experiment`` for the errors and warnings.
+        file is touched. See ``vivarium.experiment.runner.run_experiment`` for the errors and warnings.
 
         Ctrl-C or SIGTERM stops the run with its trace marked ``interrupted`` (resumable) and
         raises ``KeyboardInterrupt``; the signal handlers are restored afterwards. Running the
@@ -355,7 +350,7 @@ class Run(TraceRun):
         ``model_reporters`` / ``agent_reporters``: the experiment's reporters the run recorded
         (they are not in the config; a resume without them is refused, naming them).
 
-        See ``vivarium.runner.resume_run``: the trace ends as that of the run never stopped
+        See ``vivarium.experiment.runner.resume_run``: the trace ends as that of the run never stopped
         (its committed steps are re-executed from the trace, LLM replies included, and checked
         against their state hashes; then the run goes on), with the LLM settings it recorded,
         ``llm`` overriding them (and giving the API key). A run that cannot be reproduced is
@@ -363,7 +358,7 @@ class Run(TraceRun):
         a world or policy given as a Python object needs it again, in a new process: pass
         ``world=`` and ``policy=`` (a list for several policies); the same code resumes.
         """
-        from vivarium.objects import name_object
+        from vivarium.experiment.objects import name_object
 
         given = []
         if world is not None:
@@ -390,11 +385,11 @@ class Run(TraceRun):
         """Refuse, in one line, objects given to ``resume`` that are not the run's own.
 
         An object is the run's when its reference (its code and the values it reads, see
-        ``vivarium.identity``) is the one the run recorded; one of the same class whose code or
+        ``vivarium.experiment.digest``) is the one the run recorded; one of the same class whose code or
         values changed would continue the run with other behaviour under its id.
         """
-        from vivarium.identity import snapshot
-        from vivarium.objects import current_reference, display_name, is_reference
+        from vivarium.experiment.digest import snapshot
+        from vivarium.experiment.objects import current_reference, display_name, is_reference
 
         recorded = self.metadata["config"]
         names = [recorded.get("world"), recorded.get("policy")]

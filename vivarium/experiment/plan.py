@@ -5,8 +5,9 @@ A config names either a number of agents of one policy, or groups of agents (``a
 every agent of the run in the engine's canonical order (``vivarium.seeding.agent_sort_key``: by
 id, numbered ids in index order), with the group it comes from and the seeds it runs on
 (``vivarium.seeding.AgentSeeds``). Worlds are built for the planned ids, then one policy per
-planned agent, and the engine records each agent's seed from the plan:
-seeds are derived once (by ``vivarium.seeding``) and handed down, never derived again.
+planned agent, and the engine records the seed each agent runs on (``vivarium.experiment.build.
+recorded_seeds`` decides it, from the plan): seeds are derived once (by ``vivarium.seeding``)
+and handed down, never derived again.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vivarium.config import AgentGroup
 from vivarium.errors import ConfigError
+from vivarium.experiment.config import AgentGroup
 from vivarium.seeding import AgentSeeds, agent_sort_key, numbered_id
 
 if TYPE_CHECKING:
-    from vivarium.config import ExperimentConfig
+    from vivarium.experiment.config import ExperimentConfig
 
 __all__ = ["PlannedAgent", "agent_plan", "load_spec"]
 

@@ -2,14 +2,14 @@
 
 A config names its world and policies (``world: ecology``, ``policy: random``). The built-in ones
 are the tables ``BUILTIN_WORLDS`` and ``BUILTIN_POLICIES``: each factory imports its world or
-policy when called, so ``import vivarium.build`` stays light. A notebook, a script or a plugin
+policy when called, so ``import vivarium.experiment.build`` stays light. A notebook, a script or a plugin
 adds its own with ``register_world`` / ``register_policy`` (``WORLDS`` and ``POLICIES`` hold only
 those, and shadow a built-in of the same name). Config validation knows none of this: a name is
 checked when the run is built (``check_names``), with one line that lists the known names.
 A world or policy given as a Python object (``Experiment(world=MyWorld)``) is named by its
-reference and built by ``vivarium.objects``.
+reference and built by ``vivarium.experiment.objects``.
 
-The run's agents come from its plan (``vivarium.plan.agent_plan``), each with its seeds: a
+The run's agents come from its plan (``vivarium.experiment.plan.agent_plan``), each with its seeds: a
 policy factory takes the seed it needs from the planned agent, and ``recorded_seeds`` tells the
 engine which seed each agent runs on, for the trace's agents table. Factories share a dict
 (``shared``) for what one run's agents have in common: the plan, the gateway stack, loaded agent
@@ -19,28 +19,24 @@ specs.
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from vivarium.config import LLMConfig, add_code_digests, add_identity_sources
 from vivarium.errors import ConfigError, VivariumError
-from vivarium.identity import digest_code, say_opaque
-from vivarium.objects import OBJECTS, current_reference, suggest
-from vivarium.plan import PlannedAgent, agent_plan, load_spec
+from vivarium.experiment.config import LLMConfig
+from vivarium.experiment.objects import OBJECTS, suggest
+from vivarium.experiment.plan import PlannedAgent, agent_plan, load_spec
 
 if TYPE_CHECKING:
-    from vivarium.config import ExperimentConfig
+    from vivarium.experiment.config import ExperimentConfig
     from vivarium.gateways.stack import GatewaySettings
     from vivarium.seeding import AgentSeeds
 
 __all__ = [
-    "BEHAVIOUR_CODE",
     "BUILTIN_POLICIES",
-    "CODE_META_KEY",
     "BUILTIN_WORLDS",
     "POLICIES",
     "RANDOM_ACTION_SPACES",
@@ -52,19 +48,17 @@ __all__ = [
     "agent_plan",
     "build_agents",
     "build_world",
-    "changed_code",
     "check_names",
-    "factory_digest",
     "gateway_settings",
     "keep_sent_digest",
+    "sent_digest",
+    "was_sent",
     "known_names",
     "load_spec",
-    "package_code_digest",
     "policy_factory",
     "random_action_space",
     "recorded_seeds",
     "register_policy",
-    "registered_digests",
     "register_world",
     "shared_gateway",
     "world_factory",
@@ -92,7 +86,7 @@ def gateway_settings(llm: LLMConfig) -> GatewaySettings:
         model=llm.model,
         mock=llm.uses_mock,
         mock_latency_ms=llm.mock_latency_ms,
-        api_base=tuple(llm.api_bases) if len(llm.api_bases) > 1 else llm.api_base,
+        api_base=llm.api_bases,
         api_key=llm.api_key.get_secret_value() if llm.api_key else None,
         transport=llm.transport,
         forced_tool_format=llm.forced_tool_format,
@@ -118,8 +112,7 @@ def shared_gateway(config: ExperimentConfig, shared: dict[str, Any]) -> Any:
     if "gateway" not in shared:
         from vivarium.gateways.stack import build_gateway
 
-        llm = config.llm or LLMConfig(mock=True)
-        shared["gateway"] = build_gateway(gateway_settings(llm), config.seed)
+        shared["gateway"] = build_gateway(gateway_settings(config.llm_in_force), config.seed)
     return shared["gateway"]
 
 
@@ -209,7 +202,7 @@ def _cognitive_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dic
         langgraph_available,
     )
 
-    llm = config.llm or LLMConfig(mock=True)
+    llm = config.llm_in_force
     gateway = shared_gateway(config, shared)
     cls = CognitiveAgentPolicy if llm.graph and langgraph_available() else SimpleCognitivePolicy
     return cls(gateway, _cognitive_config(config, agent))
@@ -219,7 +212,7 @@ def _cognitive_config(config: ExperimentConfig, agent: PlannedAgent) -> Any:
     """The ``CognitivePolicyConfig`` of one agent: the run's ``llm`` section and its LLM seed."""
     from vivarium.policies.cognitive import CognitivePolicyConfig
 
-    llm = config.llm or LLMConfig(mock=True)
+    llm = config.llm_in_force
     explicit = agent.group.action_space or config.action_space
     return CognitivePolicyConfig(
         model=llm.model,
@@ -242,7 +235,7 @@ def _workflow_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dict
         )
 
     spec = load_spec(agent.group.agent, shared)
-    llm = config.llm or LLMConfig(mock=True)
+    llm = config.llm_in_force
     return WorkflowPolicy(
         spec,
         shared_gateway(config, shared),
@@ -315,7 +308,7 @@ def register_world(name: str, factory: WorldFactory) -> None:
 def register_policy(name: str, factory: PolicyFactory) -> None:
     """Make ``policy=name`` available in this process (it shadows a built-in of that name).
 
-    The factory's code, and every value it reads (see ``vivarium.identity``), as they are when
+    The factory's code, and every value it reads (see ``vivarium.experiment.digest``), as they are when
     a run starts, are part of the id of every run that uses the name: a run of an edited
     factory, or of one whose notebook globals changed, is a new run, and a resume refuses one
     that changed.
@@ -329,9 +322,7 @@ def register_policy(name: str, factory: PolicyFactory) -> None:
     _SENT.pop(("policy", name), None)
 
 
-# -- the code of registered factories -----------------------------------------------------------
-# A registered name says nothing of the code behind it, so its digest joins the run's identity
-# (``ExperimentConfig.code_digests``), as a class given as an object is named by its digest.
+# -- the digests a sweep sent with its factories (``vivarium.experiment.identity`` reads them) ---
 
 _SENT: dict[tuple[str, str], tuple[Any, str]] = {}
 """(kind, name) -> (factory, digest) for the factories a sweep process sent to this worker."""
@@ -353,192 +344,19 @@ def keep_sent_digest(kind: str, name: str, factory: Any, digest: str) -> None:
     _SENT[(kind, name)] = (factory, digest)
 
 
-def factory_digest(kind: str, name: str, factory: Any) -> str:
-    """The digest of a registered factory's code and of every value it reads, as they are now.
-
-    See ``vivarium.identity``: the factory's code, what it reaches (the classes and functions
-    it calls, their closures and defaults) and every module-level value any of them reads,
-    by value. Taken when a run starts (once per ``identity.snapshot``), so a global changed
-    after registering (a notebook cell run again) names a new run.
-
-    Args:
-        kind: ``"world"`` or ``"policy"``.
-        name: The registered name (a digest a sweep sent for it is used: ``keep_sent_digest``).
-        factory: The registered factory.
+def sent_digest(kind: str, name: str, factory: Any) -> str | None:
+    """The digest a sweep process sent for ``factory`` under ``name``.
 
     Returns:
-        16 hex digits.
+        The digest, or None (none sent, or another factory registered under the name since).
     """
     sent = _SENT.get((kind, name))
-    if sent is not None and sent[0] is factory:
-        return sent[1]
-    found = digest_code(factory)
-    say_opaque(f"{kind} '{name}'", found, stacklevel=5)
-    return found.digest
+    return sent[1] if sent is not None and sent[0] is factory else None
 
 
-def registered_opaque(config: ExperimentConfig) -> tuple[str, ...]:
-    """What the registered factories ``config`` uses read that cannot be digested."""
-    out: list[str] = []
-    for kind, name, table in _used_names(config):
-        factory = table.get(name)
-        if factory is not None and (kind, name) not in _SENT:
-            out += [f"{kind} '{name}': {p}" for p in digest_code(factory).opaque]
-    return tuple(out)
-
-
-def _used_names(config: ExperimentConfig) -> list[tuple[str, str, Mapping[str, Any]]]:
-    used: list[tuple[str, str, Mapping[str, Any]]] = [("world", config.world, WORLDS)]
-    if isinstance(config.agents, list):
-        used += [("policy", group.policy, POLICIES) for group in config.agents]
-    else:
-        used.append(("policy", config.policy, POLICIES))
-    return used
-
-
-def registered_digests(config: ExperimentConfig) -> dict[str, str]:
-    """The code digest of each registered world and policy ``config`` uses, by kind and name.
-
-    Args:
-        config: The experiment config.
-
-    Returns:
-        ``{"world:<name>": digest, "policy:<name>": digest}`` for the names registered in
-        this process (built-in names and objects are not: an object's name holds its digest).
-    """
-    found = {}
-    for kind, name, table in _used_names(config):
-        factory = table.get(name)
-        if factory is not None:
-            found[f"{kind}:{name}"] = factory_digest(kind, name, factory)
-    return found
-
-
-def reporter_digests(config: ExperimentConfig) -> dict[str, str]:
-    """The digest of each experiment reporter in force (``Experiment(model_reporters=...)``).
-
-    A reporter's values are in the trace, so its code (and what it reads) is part of the run's
-    identity, as a world's own reporters are through the world's class. Only runs that have
-    some say so. A sweep's worker uses the digests the sweep process sent.
-    """
-    from vivarium.engine.reporters import active_reporters, sent_reporter_digests
-
-    sent = sent_reporter_digests()
-    if sent is not None:
-        return dict(sent)
-    active = active_reporters()
-    if not active:
-        return {}
-    out = {}
-    for kind, table in zip(("model", "agent"), active, strict=True):
-        for name, reporter in sorted(table.items()):
-            found = digest_code(reporter)
-            say_opaque(f"{kind}_reporters['{name}']", found, stacklevel=5)
-            out[f"reporter:{kind}:{name}"] = found.digest
-    return out
-
-
-def _reporters_opaque() -> tuple[str, ...]:
-    from vivarium.engine.reporters import active_reporters, sent_reporter_digests
-
-    active = active_reporters()
-    if not active or sent_reporter_digests() is not None:
-        return ()
-    return tuple(
-        f"{kind}_reporters['{name}']: {phrase}"
-        for kind, table in zip(("model", "agent"), active, strict=True)
-        for name, reporter in sorted(table.items())
-        for phrase in digest_code(reporter).opaque
-    )
-
-
-def opaque_inputs(config: ExperimentConfig) -> tuple[str, ...]:
-    """What the user code ``config`` uses reads that cannot be digested (``vivarium.identity``).
-
-    Its objects, its registered factories and the experiment's reporters, one phrase each.
-    """
-    from vivarium.objects import display_name
-    from vivarium.objects import opaque_inputs as object_opaque
-
-    names = [config.world, config.policy]
-    if isinstance(config.agents, list):
-        names += [group.policy for group in config.agents]
-    out = [
-        f"{display_name(name)}: {phrase}"
-        for name in dict.fromkeys(names)
-        for phrase in object_opaque(name)
-    ]
-    return (*out, *registered_opaque(config), *_reporters_opaque())
-
-
-add_code_digests(registered_digests)
-add_code_digests(reporter_digests)
-add_identity_sources(current_reference, opaque_inputs)
-
-
-# -- the code of the built-in worlds and policies ------------------------------------------------
-CODE_META_KEY = "vivarium_code"
-"""The trace ``meta`` key under which a run records ``package_code_digest()``."""
-
-BEHAVIOUR_CODE = ("policies", "worlds", "workflow", "memory.py")
-"""The parts of the package whose code decides what agents do (their source is digested)."""
-
-
-@functools.cache
-def package_code_digest() -> str:
-    """The version and a digest of the source of Vivarium's built-in worlds and policies.
-
-    A run id derives from the config alone, so the same config run by edited package code
-    (a prompt changed in ``vivarium/policies/prompting.py``) has the same id and a different
-    trace. The digest is recorded with each run (``CODE_META_KEY``, outside the run id, which
-    stays what it was), and a finished trace made by other code is not replaced without
-    ``overwrite`` (``vivarium.runner.trace_path``). Read once per process: the modules are
-    imported once too.
-
-    Returns:
-        ``<version>+<16 hex digits>``.
-    """
-    from pathlib import Path
-
-    from vivarium._version import __version__
-
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for part in BEHAVIOUR_CODE:
-        where = root / part
-        files = sorted(where.rglob("*.py")) if where.is_dir() else [where]
-        for file in files:
-            if file.is_file():
-                h.update(file.relative_to(root).as_posix().encode() + b"\0")
-                h.update(file.read_bytes() + b"\0")
-    return f"{__version__}+{h.hexdigest()[:16]}"
-
-
-def changed_code(recorded: Mapping[str, str], config: ExperimentConfig) -> str | None:
-    """The registered world or policy (or reporter) whose code differs from what a run recorded.
-
-    Args:
-        recorded: The run's recorded ``code_digests``.
-        config: The run's config, as it is resumed.
-
-    Returns:
-        ``"policy 'name'"`` for the first changed one, or None (a name no longer registered is
-        left to ``check_names``, which says so).
-    """
-    if config.input_files:  # declared input files: their content as recorded
-        now = config.current_input_digests()
-        for path in config.input_files:
-            if config.input_digests.get(path) not in (None, now.get(path)):
-                return f"input file {path}"
-    current = config.current_code_digests()
-    for key, digest in sorted(recorded.items()):
-        if key in current and current[key] != digest:
-            kind, _, name = key.partition(":")
-            if kind == "reporter":
-                which, _, name = name.partition(":")
-                return f"{which}_reporters['{name}']"
-            return f"{kind} '{name}'"
-    return None
+def was_sent(kind: str, name: str) -> bool:
+    """Whether the factory under ``name`` came from a sweep process (its digest with it)."""
+    return (kind, name) in _SENT
 
 
 # -- lookup -------------------------------------------------------------------------------------
@@ -780,30 +598,41 @@ def build_world(config: ExperimentConfig, shared: dict[str, Any] | None = None) 
         ) from None
 
 
-def recorded_seeds(plan: Sequence[PlannedAgent]) -> dict[str, int]:
-    """The seed each agent of a built-in policy runs on, for the trace's agents table.
+def recorded_seeds(plan: Sequence[PlannedAgent], agents: Mapping[str, Any]) -> dict[str, Any]:
+    """The seed each agent of a run runs on, as the trace's agents table records it.
 
-    An agent of a policy given as an object runs on its agent seed (the ``seed`` it is
-    offered). An agent of a registered policy is left out: the engine records what its policy
-    reports (its ``seed``, or ``request_seed(agent_id)``).
+    The one place this is decided, for every agent of a run (the engine records it as given):
+
+    - an agent of a built-in policy: the seed its factory gives it (``BuiltinPolicy.seed``:
+      the agent seed of random and Boltzmann agents, the LLM seed of cognitive and workflow
+      agents);
+    - an agent of a policy class or factory given as an object: the ``seed`` Vivarium offers
+      it, its agent seed (a subclass of the cognitive policy: the LLM seed its config carries);
+    - an agent of a registered factory, or of a policy given as an instance, whose seed
+      Vivarium did not choose: what its policy reports (``policies.base.policy_seed``: its
+      ``seed``, or ``request_seed(agent_id)``; None when it reports none).
 
     Args:
         plan: The run's planned agents.
+        agents: Their policies, by agent id (``build_agents``).
 
     Returns:
-        Agent id -> seed.
+        Agent id -> seed (None: recorded as NULL), for every planned agent.
     """
-    seeds = {}
+    from vivarium.policies.base import policy_seed
+
+    seeds: dict[str, Any] = {}
     for p in plan:
         builtin = BUILTIN_POLICIES.get(p.group.policy)
-        if p.group.policy in POLICIES:
-            continue
-        if builtin is not None:
+        entry = OBJECTS.get(p.group.policy)
+        if p.group.policy in POLICIES:  # registered: shadows a built-in of its name
+            seeds[p.agent_id] = policy_seed(agents[p.agent_id], p.agent_id)
+        elif builtin is not None:
             seeds[p.agent_id] = builtin.seed(p.seeds)
+        elif entry is not None and entry.kind == "policy" and entry.form != "instance":
+            # A cognitive subclass runs on the LLM seed its config carries (see above).
+            llm = "config" in _llm_keywords(entry.obj)
+            seeds[p.agent_id] = p.seeds.llm if llm else p.seeds.agent
         else:
-            entry = OBJECTS.get(p.group.policy)
-            if entry is not None and entry.kind == "policy" and entry.form != "instance":
-                # A cognitive subclass runs on the LLM seed its config carries (see above).
-                llm = "config" in _llm_keywords(entry.obj)
-                seeds[p.agent_id] = p.seeds.llm if llm else p.seeds.agent
+            seeds[p.agent_id] = policy_seed(agents[p.agent_id], p.agent_id)
     return seeds

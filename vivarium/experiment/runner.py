@@ -25,7 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from vivarium.config import LLM_TRANSPORT_FIELDS, ExperimentConfig, make_config
 from vivarium.errors import (
     ConfigError,
     ResumeDiverged,
@@ -35,6 +34,8 @@ from vivarium.errors import (
     TraceError,
     TracePathWarning,
 )
+from vivarium.experiment.config import LLM_TRANSPORT_FIELDS, ExperimentConfig, make_config
+from vivarium.settings import DEFAULT_RUNS_DIR
 from vivarium.trace.resume import (
     is_complete,
     record_llm_settings,
@@ -64,9 +65,6 @@ __all__ = [
     "warn_if_unhealthy",
 ]
 
-DEFAULT_RUNS_DIR = Path("runs")
-"""Where traces go when neither the call nor the config names a file or a folder."""
-
 
 class RunResult(Protocol):
     """What this module needs of a run read from its trace (any ``Run`` class)."""
@@ -90,7 +88,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def identified(function: F) -> F:
-    """Run ``function`` with the user code's identity taken once (``vivarium.identity``).
+    """Run ``function`` with the user code's identity taken once (``vivarium.experiment.digest``).
 
     The run id is asked for several times as a run starts (its path, its record, a resume's
     check): the code and the values it reads are digested once, as they are at the start.
@@ -99,7 +97,7 @@ def identified(function: F) -> F:
 
     @functools.wraps(function)
     def inner(*args: Any, **kwargs: Any) -> Any:
-        from vivarium.identity import snapshot
+        from vivarium.experiment.digest import snapshot
 
         if counts_frames:  # this frame too, between the caller and the warning
             kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
@@ -146,13 +144,11 @@ def llm_settings(config: ExperimentConfig) -> dict[str, Any] | None:
     if config.llm is None:
         own = config.max_concurrency
         return None if own is None else {"max_concurrency": own}
-    from vivarium.engine.deciding import DEFAULT_MAX_CONCURRENCY
-
     fields = set(LLM_TRANSPORT_FIELDS) - {"api_key"}
     settings = config.llm.model_dump(include=fields)
     # The concurrency the run used, whichever place gave it (the run's own is not recorded
     # elsewhere), so a resume goes on at the same pace.
-    settings["max_concurrency"] = config.decisions_in_flight or DEFAULT_MAX_CONCURRENCY
+    settings["max_concurrency"] = config.decisions_in_flight
     return settings
 
 
@@ -184,7 +180,7 @@ def trace_path(
 
     A trace there that holds this run (same config and seed: same run id) is replaced, and so
     is one holding another run when ``overwrite`` is true. A finished trace of this run id
-    made by other package code (``vivarium.build.package_code_digest``), or recorded with
+    made by other package code (``vivarium.experiment.identity.package_code_digest``), or recorded with
     another config under a run id given by hand, or the recording of the LLM replies this run
     would replay from a cassette (its calls were made), is a different result: it is replaced
     only when ``overwrite`` is true, else refused; at the default path a run made by other code
@@ -312,7 +308,7 @@ def _beside(path: Path, why: str) -> Path:
     """Where a run goes beside the result at ``path`` that it would not give (``why``)."""
     if why.startswith(_RECORDING):
         return path.with_name(f"{path.stem}-replay.sqlite")
-    from vivarium.build import package_code_digest
+    from vivarium.experiment.identity import package_code_digest
 
     code = package_code_digest().rpartition("+")[2][:8]
     return path.with_name(f"{path.stem}-code-{code}.sqlite")
@@ -347,7 +343,7 @@ def _another_result(path: Path, config: ExperimentConfig) -> str | None:
         The reason (``made by other Vivarium code (...)``), or None: unfinished, unreadable, or
         the same result.
     """
-    from vivarium.build import CODE_META_KEY, package_code_digest
+    from vivarium.experiment.identity import CODE_META_KEY, package_code_digest
     from vivarium.seeding import canonical_json
     from vivarium.trace.db import TraceDb, read_meta
 
@@ -387,9 +383,8 @@ def build_engine(
         The engine, ready to run.
     """
     from vivarium._version import __version__
-    from vivarium.build import build_agents, build_world, recorded_seeds
-    from vivarium.engine.deciding import DEFAULT_MAX_CONCURRENCY
     from vivarium.engine.engine import WorldEngine, WorldEngineConfig
+    from vivarium.experiment.build import build_agents, build_world, recorded_seeds
     from vivarium.types import RunMetadata
 
     c = config
@@ -420,23 +415,23 @@ def build_engine(
             message_history_limit=c.message_history_limit,
             scheduling=c.scheduling,
             order=c.order,
-            max_concurrency=c.decisions_in_flight or DEFAULT_MAX_CONCURRENCY,
-            agent_timeout_s=c.llm.agent_timeout if c.llm else None,
-            agent_retries=c.llm.agent_retries if c.llm else 0,
-            on_llm_error=c.llm.on_llm_error if c.llm else "stop",
+            max_concurrency=c.decisions_in_flight,
+            agent_timeout_s=c.llm_in_force.agent_timeout,
+            agent_retries=c.llm_in_force.agent_retries,
+            on_llm_error=c.llm_in_force.on_llm_error,
         ),
         agents,
         world,
         trace_db,
         metadata=meta,
         checkpoint_every=c.checkpoint_every,
-        agent_seeds=recorded_seeds(shared["plan"]),
+        agent_seeds=recorded_seeds(shared["plan"], agents),
     )
 
 
 def _record_code(trace: TraceDb) -> None:
     """Record which package code makes the run (``package_code_digest``), outside its id."""
-    from vivarium.build import CODE_META_KEY, package_code_digest
+    from vivarium.experiment.identity import CODE_META_KEY, package_code_digest
 
     trace.set_meta(CODE_META_KEY, package_code_digest())
 
@@ -471,9 +466,12 @@ def _progress_bar(config: ExperimentConfig, desc: str, initial: int = 0) -> Any:
 
 def _close_gateway(shared: dict[str, Any]) -> None:
     """Close the gateway stack the agents shared, if the run built one that can be closed."""
-    close = getattr(shared.get("gateway"), "close", None)
-    if callable(close):
-        close()
+    from vivarium.gateways.base import ClosableGateway
+    from vivarium.protocols import implements
+
+    gateway = shared.get("gateway")
+    if implements(gateway, ClosableGateway):
+        gateway.close()
 
 
 def _drive(
@@ -606,7 +604,7 @@ def unfinished_steps(path: Path, config: ExperimentConfig) -> int | None:
     Returns:
         The steps done, or None.
     """
-    from vivarium.build import CODE_META_KEY, package_code_digest
+    from vivarium.experiment.identity import CODE_META_KEY, package_code_digest
     from vivarium.seeding import canonical_json
     from vivarium.trace.db import TraceDb, read_meta, schema_version
     from vivarium.trace.schema import SCHEMA_VERSION
@@ -952,7 +950,7 @@ def _anchor_agent_folders(trace: Path, config: ExperimentConfig) -> ExperimentCo
         return digest is not None and group.spec_digest in (None, digest)
 
     def has(base: Path, given: str) -> bool:  # a declared input file, with its recorded content
-        from vivarium.identity import digest_files
+        from vivarium.experiment.digest import digest_files
 
         target = base / given
         if not target.exists():
@@ -1030,7 +1028,7 @@ def _check_registered_code(trace: Path, config: ExperimentConfig) -> None:
     the digest of the package's worlds and policies (``CODE_META_KEY``); going on with other
     code would give steps of two different policies in one trace, under one run id.
     """
-    from vivarium.build import CODE_META_KEY, changed_code, package_code_digest
+    from vivarium.experiment.identity import CODE_META_KEY, changed_code, package_code_digest
     from vivarium.trace.db import read_meta
 
     what = changed_code(config.code_digests, config)
@@ -1047,15 +1045,24 @@ def _check_registered_code(trace: Path, config: ExperimentConfig) -> None:
 def _resume_config(p: Path, meta: dict[str, Any], llm: dict[str, Any] | None) -> ExperimentConfig:
     """The recorded config, with the recorded LLM settings and then ``llm`` on top.
 
-    Options the run was given as Python objects are given back from this process
-    (``vivarium.config.restore_option_objects``; one line where it does not have them).
+    The pace the run recorded (``max_concurrency``, with its LLM settings or alone), or the
+    one ``llm`` gives, becomes the run's own ``max_concurrency``, read as every run reads it
+    (``ExperimentConfig.decisions_in_flight``), with or without LLM agents. Options the run
+    was given as Python objects are given back from this process
+    (``vivarium.experiment.config.restore_option_objects``; one line where it does not have them).
     """
-    from vivarium.config import restore_option_objects
+    from vivarium.experiment.config import restore_option_objects
 
     data = restore_option_objects(dict(meta["config"]), f"resume {p}")
     data.update(run_id=meta["run_id"], db=str(p))
     given = dict(llm or {})
     recorded = recorded_llm_settings(p)
+    pace = recorded.pop("max_concurrency", None)
+    if given.get("max_concurrency") is not None:
+        pace = given["max_concurrency"]
+    given.pop("max_concurrency", None)
+    if pace is not None:
+        data["max_concurrency"] = pace
     if data.get("llm") is not None:
         _check_same_llm(p, data["llm"], given)
         data["llm"] = {**data["llm"], **recorded, **given}
@@ -1064,8 +1071,6 @@ def _resume_config(p: Path, meta: dict[str, Any], llm: dict[str, Any] | None) ->
         raise ConfigError(
             f"resume {p}: run {meta['run_id']} has no LLM agents; {names} do not apply"
         )
-    elif "max_concurrency" in recorded:  # the pace the run set for its async policies
-        data["max_concurrency"] = recorded["max_concurrency"]
     return make_config(ExperimentConfig, data, where=f"resume {p}")
 
 
@@ -1086,7 +1091,7 @@ def _check_same_llm(p: Path, recorded: dict[str, Any], given: dict[str, Any]) ->
     Raises:
         ConfigError: A given setting of the run's identity differs from the recorded one.
     """
-    from vivarium.config import LLMConfig
+    from vivarium.experiment.config import LLMConfig
 
     asked = {k: v for k, v in given.items() if k not in LLM_TRANSPORT_FIELDS | RESUME_LLM_FIELDS}
     if not asked:

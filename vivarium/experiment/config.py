@@ -5,14 +5,35 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from vivarium.errors import ConfigError
+from vivarium.settings import (
+    DEFAULT_AGENT_RETRIES,
+    DEFAULT_AGENTS,
+    DEFAULT_CACHE_MODE,
+    DEFAULT_DETERMINISTIC_TIMESTAMPS,
+    DEFAULT_FORCED_TOOL_FORMAT,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_MESSAGE_HISTORY_LIMIT,
+    DEFAULT_MOCK_LATENCY_MS,
+    DEFAULT_MODEL,
+    DEFAULT_NUM_RETRIES,
+    DEFAULT_ON_LLM_ERROR,
+    DEFAULT_ORDER,
+    DEFAULT_SCHEDULING,
+    DEFAULT_SEED,
+    DEFAULT_STEPS,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TRANSPORT,
+    server_urls,
+)
 
 MAX_SEED = 2**63 - 1
 MAX_STEPS = 2**39 - 1  # trace row ids are (step << 24) | seq, in SQLite's 64-bit integers
@@ -58,7 +79,7 @@ _OPAQUE: list[OpaqueInputs] = []
 def add_code_digests(source: CodeDigests) -> None:
     """Let the layer that knows registered worlds and policies name their code in run ids.
 
-    A world or policy registered in a script or a notebook (``vivarium.build.register_policy``)
+    A world or policy registered in a script or a notebook (``vivarium.experiment.build.register_policy``)
     is only a name in a config; its code is known to the registry, above this module, which
     adds its ``source`` here once (at import). Every ``identity`` then holds the digest of the
     registered code the config uses, as ``code_digests``: editing a registered factory, or the
@@ -77,7 +98,7 @@ def add_identity_sources(references: References, opaque: OpaqueInputs) -> None:
     ``references`` maps an object's reference (``module.qualname@digest``, taken when it was
     given) to its reference now (a notebook global it reads may have changed since);
     ``opaque`` says what the config's user code reads that cannot be digested (such a run's
-    identity says so, and a stored result of it is never reused). See ``vivarium.identity``.
+    identity says so, and a stored result of it is never reused). See ``vivarium.experiment.digest``.
 
     Args:
         references: ``resolve(name) -> name``.
@@ -95,34 +116,22 @@ def _resolved(name: str) -> str:
     return name
 
 
-def _check_server_url(url: str) -> None:
-    """One server's base URL: http(s), a host, a valid port, nothing else in it.
-
-    Raises:
-        ValueError: What is wrong, in one line.
-    """
-    if not url:
-        raise ValueError("an empty server URL (a comma too many?)")
-    if url.startswith("$"):
-        raise ValueError(f"{url!r}: environment variables are not expanded here; give the URL")
-    if any(c.isspace() for c in url) or ";" in url:
-        raise ValueError(f"{url!r} is not one URL (separate several with commas)")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
-    try:
-        parts.port  # noqa: B018 - read for its check: a port that is not a number or too large
-    except ValueError:
-        raise ValueError(f"{url!r} has no valid port (1-65535)") from None
-
-
 class LLMConfig(BaseModel):
-    """Which model answers LLM agents, and how the calls are made, cached and limited."""
+    """Which model answers LLM agents, and how the calls are made, cached and limited.
+
+    Each field is the one definition of its setting; its default is the constant of
+    ``vivarium.settings`` the field names (the gateway stack's ``GatewaySettings`` defaults to
+    the same ones). ``max_concurrency`` here is the older place of the run's own
+    (``ExperimentConfig.max_concurrency``, read by ``ExperimentConfig.decisions_in_flight``);
+    ``api_base`` is read by ``api_bases``, in whatever shape it was given.
+    """
 
     # Infinite or NaN latencies, timeouts and limits would hang a run or break the limiter.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
-    model: str = Field(default="mock", min_length=1, description="litellm model name, or 'mock'")
+    model: str = Field(
+        default=DEFAULT_MODEL, min_length=1, description="litellm model name, or 'mock'"
+    )
     mock: bool = Field(default=False, description="answer with the deterministic MockLLMGateway")
     api_base: str | list[str] | None = Field(
         default=None,
@@ -132,12 +141,12 @@ class LLMConfig(BaseModel):
     )
     api_key: SecretStr | None = Field(default=None, description="never recorded or printed")
     transport: Literal["auto", "litellm", "direct"] = Field(
-        default="auto",
+        default=DEFAULT_TRANSPORT,
         description="auto: openai/ models on an api_base go straight over HTTP, others via litellm",
     )
 
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(default=128, ge=1, le=32768)
+    temperature: float = Field(default=DEFAULT_TEMPERATURE, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1, le=32768)
     system_prompt: str | None = None
     force_tool: bool | str = Field(
         default=False,
@@ -153,14 +162,16 @@ class LLMConfig(BaseModel):
     # the model does answer differently (it sees no tool definitions), so a run id and a
     # cassette's key include it when it is not the default.
     forced_tool_format: Literal["tool_choice", "json_schema"] = Field(
-        default="tool_choice",
+        default=DEFAULT_FORCED_TOOL_FORMAT,
         description="how a forced tool is sent: tool_choice, or json_schema for servers "
         "whose chat template cannot call tools (response_format constrained to the tool's "
         "parameters)",
     )
     graph: bool = Field(default=True, description="use the LangGraph policy when installed")
-    timeout: float = Field(default=60.0, gt=0)
-    num_retries: int = Field(default=2, ge=0, le=20)
+    timeout: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    num_retries: int = Field(default=DEFAULT_NUM_RETRIES, ge=0, le=20)
+    # Not a setting of its own: the older place of the run's ``max_concurrency``, still read
+    # with the same meaning (``ExperimentConfig.decisions_in_flight``); no default of its own.
     max_concurrency: int | None = Field(
         default=None,
         ge=1,
@@ -171,12 +182,14 @@ class LLMConfig(BaseModel):
     rate_limit_rpm: float | None = Field(default=None, gt=0)
     rate_limit_tpm: float | None = Field(default=None, gt=0)
     cache: str | None = Field(default=None, description="record/replay cassette file")
-    cache_mode: Literal["record", "replay", "auto"] = "auto"
-    agent_timeout: float | None = Field(default=None, gt=0, description="seconds per decision")
-    agent_retries: int = Field(default=0, ge=0, le=10)
-    mock_latency_ms: float = Field(default=0.0, ge=0.0)
+    cache_mode: Literal["record", "replay", "auto"] = DEFAULT_CACHE_MODE
+    agent_timeout: float | None = Field(
+        default=None, gt=0, description="seconds per decision (None: no limit)"
+    )
+    agent_retries: int = Field(default=DEFAULT_AGENT_RETRIES, ge=0, le=10)
+    mock_latency_ms: float = Field(default=DEFAULT_MOCK_LATENCY_MS, ge=0.0)
     on_llm_error: Literal["stop", "fallback"] = Field(
-        default="stop",
+        default=DEFAULT_ON_LLM_ERROR,
         description="when the LLM server fails past the retries: stop the run (interrupted, "
         "resumable) or record a fallback noop for the decision",
     )
@@ -203,31 +216,25 @@ class LLMConfig(BaseModel):
     @field_validator("api_base")
     @classmethod
     def _servers(cls, value: str | list[str] | None) -> str | list[str] | None:
-        """One URL as a string, several as a list: each http(s), none twice.
+        """Kept as recorded: one URL as a string, several as a list; each http(s), none twice.
 
         A string of URLs separated by commas is a list too, so a command-line flag or a text
-        field can name several servers.
+        field can name several servers (``vivarium.settings.server_urls`` reads every shape).
         """
         if value is None:
             return None
-        given = value.split(",") if isinstance(value, str) else value
-        urls = [u.strip() if isinstance(u, str) else u for u in given]
-        if not urls:
-            raise ValueError("give at least one server URL")
-        seen: set[str] = set()
-        for url in urls:
-            _check_server_url(url)
-            if (key := url.rstrip("/")) in seen:
-                raise ValueError(f"{url} is listed twice")
-            seen.add(key)
+        urls = server_urls(value)
         return urls[0] if len(urls) == 1 else list(urls)
 
     @property
-    def api_bases(self) -> list[str]:
-        """Every server's base URL (one for a single ``api_base``, none when it is not set)."""
-        if self.api_base is None:
-            return []
-        return [self.api_base] if isinstance(self.api_base, str) else list(self.api_base)
+    def api_bases(self) -> tuple[str, ...]:
+        """Every server's base URL, the one shape every layer reads (empty: none is set).
+
+        ``api_base`` keeps the shape a run records (a string for one server, a list for
+        several); this is the tuple ``vivarium.settings.server_urls`` makes of it, which the
+        gateway stack, the panel and the notes about servers use.
+        """
+        return server_urls(self.api_base, check=False)  # checked when it was set
 
     @property
     def uses_mock(self) -> bool:
@@ -241,7 +248,7 @@ class LLMConfig(BaseModel):
             The dumped settings that go into the recorded config and the run id.
         """
         data = self.model_dump(exclude=set(LLM_TRANSPORT_FIELDS))
-        if data["forced_tool_format"] == "tool_choice":  # the default: run ids stay what they were
+        if data["forced_tool_format"] == DEFAULT_FORCED_TOOL_FORMAT:  # run ids stay what they were
             del data["forced_tool_format"]
         return data
 
@@ -288,7 +295,14 @@ class AgentGroup(BaseModel):
 
 
 class ExperimentConfig(BaseModel):
-    """Everything that defines a run. Same config and seed -> byte-identical trace."""
+    """Everything that defines a run. Same config and seed -> byte-identical trace.
+
+    Each field is the one definition of its setting, and defaults to the constant of
+    ``vivarium.settings`` it names (the engine's ``WorldEngineConfig`` defaults to the same
+    ones). A setting given in more than one place is read by one property, which every entry
+    point goes through: ``decisions_in_flight`` (``max_concurrency``), ``llm_in_force`` (the
+    ``llm`` section, or the mock's when there is none).
+    """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -298,7 +312,7 @@ class ExperimentConfig(BaseModel):
     world: str = "channel"
     policy: str = "random"
     agents: int | list[AgentGroup] = Field(
-        default=5, description="a number of agents of `policy`, or groups of agents"
+        default=DEFAULT_AGENTS, description="a number of agents of `policy`, or groups of agents"
     )
     world_options: dict[str, Any] = Field(
         default_factory=dict, description="extra keyword arguments for the world"
@@ -338,20 +352,20 @@ class ExperimentConfig(BaseModel):
     mode: Literal["stepped", "autonomous"] = "stepped"
     autonomous: AutonomousConfig = Field(default_factory=AutonomousConfig)
 
-    steps: int = Field(default=100, ge=0, le=MAX_STEPS)
-    seed: int = Field(default=42, ge=0, le=MAX_SEED)
-    scheduling: Literal["sequential", "simultaneous"] = "sequential"
-    order: Literal["sorted", "shuffle"] = "sorted"
+    steps: int = Field(default=DEFAULT_STEPS, ge=0, le=MAX_STEPS)
+    seed: int = Field(default=DEFAULT_SEED, ge=0, le=MAX_SEED)
+    scheduling: Literal["sequential", "simultaneous"] = DEFAULT_SCHEDULING
+    order: Literal["sorted", "shuffle"] = DEFAULT_ORDER
     # An engine setting (async decisions of one step in flight at once: LLM agents or any
     # async policy). Like the LLM transport fields it says how fast a run goes, not what it
     # records, so it is left out of the recorded config and the run id (``identity``): existing
-    # runs keep their ids, and a run replays the same at any concurrency. None: the engine's
-    # default (``DEFAULT_MAX_CONCURRENCY``), or ``llm.max_concurrency`` where an older config
-    # gives it there (this one wins when both are given: see ``decisions_in_flight``).
+    # runs keep their ids, and a run replays the same at any concurrency. None: not given here;
+    # ``decisions_in_flight`` resolves it (``llm.max_concurrency`` where an older config gives
+    # it there, else ``vivarium.settings.DEFAULT_MAX_CONCURRENCY``).
     max_concurrency: int | None = Field(
         default=None, ge=1, le=4096, description="async decisions in flight at once"
     )
-    message_history_limit: int = Field(default=20, ge=0)
+    message_history_limit: int = Field(default=DEFAULT_MESSAGE_HISTORY_LIMIT, ge=0)
     action_space: list[str] | None = Field(
         default=None,
         min_length=1,
@@ -359,7 +373,7 @@ class ExperimentConfig(BaseModel):
         "agents every tool of the world)",
     )
 
-    deterministic_timestamps: bool = True
+    deterministic_timestamps: bool = DEFAULT_DETERMINISTIC_TIMESTAMPS
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
     db: str | None = None
     base_dir: str | None = Field(
@@ -399,15 +413,28 @@ class ExperimentConfig(BaseModel):
         return value
 
     @property
-    def decisions_in_flight(self) -> int | None:
-        """The run's ``max_concurrency``: its own, else ``llm.max_concurrency``, else None.
+    def decisions_in_flight(self) -> int:
+        """The run's ``max_concurrency``, resolved: the one reading of the setting.
 
-        The run's own wins when both are given (it is the override: a flag, a sweep axis, a
-        notebook's keyword). None leaves the engine's default in force.
+        The run's own, else ``llm.max_concurrency`` (its older place, in older configs), else
+        ``vivarium.settings.DEFAULT_MAX_CONCURRENCY``. The run's own wins when both are given
+        (it is the override: a flag, a sweep axis, a notebook's keyword, a resume). The engine
+        runs at it, and the trace records it for a resume (``runner.llm_settings``).
         """
-        if self.max_concurrency is not None or self.llm is None:
+        if self.max_concurrency is not None:
             return self.max_concurrency
-        return self.llm.max_concurrency
+        older = self.llm.max_concurrency if self.llm is not None else None
+        return DEFAULT_MAX_CONCURRENCY if older is None else older
+
+    @property
+    def llm_in_force(self) -> LLMConfig:
+        """The ``llm`` section, or for a config without one the mock's (``LLMConfig``'s defaults).
+
+        Agents that call a model in a run without an ``llm`` section are answered by the
+        deterministic mock, with every other LLM setting at its default: the one reading of
+        "no section" that building the gateway, the policies and the engine share.
+        """
+        return self.llm if self.llm is not None else LLMConfig(mock=True)
 
     @property
     def agent_count(self) -> int:
@@ -424,7 +451,7 @@ class ExperimentConfig(BaseModel):
             groups left out, ``policy_options`` only where some are given, and the current
             ``code_digests`` of registered worlds and policies only where the run uses some.
             Worlds and policies given as objects are named as they are now (their code and
-            the values it reads: ``vivarium.identity``); declared ``inputs`` as given and
+            the values it reads: ``vivarium.experiment.digest``); declared ``inputs`` as given and
             ``input_files`` by their content, only where some are declared; and
             ``opaque_inputs``, what user code reads that cannot be digested, only where there
             is some (a stored result of such a run is never reused).
@@ -497,7 +524,7 @@ class ExperimentConfig(BaseModel):
 
     def current_input_digests(self) -> dict[str, str]:
         """The content digest of each declared input file, as it is now (``input_files``)."""
-        from vivarium.identity import digest_files
+        from vivarium.experiment.digest import digest_files
 
         return digest_files(self.input_files, self.base_dir)
 
@@ -566,7 +593,7 @@ def recorded_options(options: dict[str, Any], where: str, opaque: list[str]) -> 
     set, a dict with other than text keys, an object) would be recorded as its ``str``: a
     memory address that changes with each process and not with the function's code or the
     values it reads. It is recorded instead as ``<python NAME@DIGEST>``, the digest of its
-    code and of what it reads, by value (``vivarium.identity``), and kept in ``OPTION_OBJECTS``
+    code and of what it reads, by value (``vivarium.experiment.digest``), and kept in ``OPTION_OBJECTS``
     under that text, so that a resume in this process gets the object back
     (``restore_option_objects``).
 
@@ -591,7 +618,7 @@ def _recorded_option(value: Any, where: str, opaque: list[str]) -> Any:
         return [_recorded_option(v, f"{where}[{i}]", opaque) for i, v in enumerate(value)]
     if type(value) is dict and all(isinstance(k, str) for k in value):
         return {k: _recorded_option(v, f"{where}.{k}", opaque) for k, v in value.items()}
-    from vivarium.identity import digest_code, say_opaque
+    from vivarium.experiment.digest import digest_code, say_opaque
 
     found = digest_code(value, value=True)
     say_opaque(where, found, stacklevel=6)
@@ -670,133 +697,6 @@ def non_plain_options(config: ExperimentConfig) -> list[str]:
         for i, group in enumerate(config.agents):
             walk(group.policy_options, f"agents.{i}.policy_options")
     return found
-
-
-def merge_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``overrides`` on top, merged the same way at every entry point.
-
-    A mapping given for a field that is a mapping (``llm``, ``autonomous``, ``world_options``,
-    ``policy_options``, ``inputs``) sets the keys it names and keeps the others, at every
-    depth: ``llm={"temperature": 0.7}`` changes the temperature of the model the config names
-    instead of dropping its model and server (and answering from the mock). Anything else (a
-    number, a list, ``None``) replaces the field. The constructor, ``from_file``, ``vvm``
-    flags, the panel and sweep axes all go through here.
-
-    An override that names a model but says nothing of ``mock`` is a request for that model:
-    a ``mock: true`` inherited from the base gives way (``llm_switch`` says so).
-
-    Args:
-        base: The fields as they are (a config's ``model_dump``, a file's mapping).
-        overrides: The fields given.
-
-    Returns:
-        The merged fields (``base`` is not changed).
-    """
-    out = dict(base)
-    for key, value in overrides.items():
-        old = out.get(key)
-        if key == "agents" and "policy" not in overrides:
-            _check_groups_kept(old, value)
-        if isinstance(value, Mapping) and isinstance(old, Mapping):
-            merged = merge_overrides(old, value)
-            if (
-                key == "llm"
-                and "model" in value
-                and "mock" not in value
-                and value["model"] != "mock"
-            ):
-                merged["mock"] = False  # the model asked for answers, not the base's mock
-            out[key] = merged
-        else:
-            out[key] = value
-    return out
-
-
-def _check_groups_kept(groups: Any, count: Any) -> None:
-    """Refuse a number of agents given over agent groups (``--agents 10`` on a groups config).
-
-    It would replace the groups with that many agents of the config's ``policy`` (random by
-    default): the LLM agents, the workflow agents and their folders gone, and a run of random
-    agents in their place that reports nothing wrong. Giving ``policy`` too says that is meant.
-
-    Raises:
-        ConfigError: ``groups`` is a list of agent groups and ``count`` a number (one line).
-    """
-    if not isinstance(groups, list) or not groups:
-        return
-    if not isinstance(count, int) or isinstance(count, bool):
-        return
-
-    def field(group: Any, name: str, default: Any) -> Any:
-        got = group.get(name) if isinstance(group, Mapping) else getattr(group, name, None)
-        return default if got is None else got
-
-    def label(group: Any) -> str:
-        name = str(field(group, "agent", "") or field(group, "policy", "random"))
-        name = name.rpartition("@")[0].rsplit(".", 1)[-1] if "@" in name else name
-        return f"{name} x{field(group, 'count', 1)}"
-
-    kinds = ", ".join(label(g) for g in groups[:4]) + (", ..." if len(groups) > 4 else "")
-    raise ConfigError(
-        f"agents: the config gives agent groups ({kinds}); a number ({count}) would replace "
-        "them with that many agents of its policy: set each group's count instead "
-        "(agents=[{...}, ...]), or give policy= too to replace the groups"
-    )
-
-
-def _answerer(llm: Any) -> str | None:
-    """Who answers a config's LLM calls: ``"mock"``, the model's name, or None (no LLM)."""
-    if llm is None:
-        return None
-    if isinstance(llm, LLMConfig):
-        return "mock" if llm.uses_mock else llm.model
-    if isinstance(llm, Mapping):
-        model = str(llm.get("model", "mock"))
-        return "mock" if llm.get("mock") or model == "mock" else model
-    return None
-
-
-def _servers(llm: Any) -> tuple[str, ...]:
-    """The servers an ``llm`` section names (an ``LLMConfig`` or a mapping), as a tuple."""
-    if llm is None:
-        return ()
-    value = llm.get("api_base") if isinstance(llm, Mapping) else getattr(llm, "api_base", None)
-    if not value:
-        return ()
-    urls = value.split(",") if isinstance(value, str) else list(value)
-    return tuple(str(u).strip() for u in urls if str(u).strip())
-
-
-def unused_server_note(servers: tuple[str, ...] | list[str]) -> str:
-    """The note for a server given to a run that the mock answers (it is never called)."""
-    return (
-        f"llm: api_base {', '.join(servers)} is not used: the deterministic mock answers "
-        "(the config says mock: true, or model: mock); name the model and set mock: false "
-        "to call the server"
-    )
-
-
-def llm_switch(before: Any, after: Any) -> str | None:
-    """The note for overrides that moved a config's LLM calls from the mock to a model, or back.
-
-    Args:
-        before: The base's ``llm`` (an ``LLMConfig``, a mapping or None).
-        after: The ``llm`` that will run.
-
-    Returns:
-        ``llm: the deterministic mock now answers instead of openai/x`` (or the reverse);
-        ``llm: api_base URL is not used: the deterministic mock answers ...`` when the
-        overrides gave a server to a run the mock answers; or None when both are the mock,
-        both are models, or either has no LLM.
-    """
-    was, now = _answerer(before), _answerer(after)
-    if now == "mock" and _servers(after) and _servers(after) != _servers(before):
-        return unused_server_note(_servers(after))
-    if was is None or now is None or (was == "mock") == (now == "mock"):
-        return None
-    if now == "mock":
-        return f"llm: the deterministic mock now answers instead of {was} (an override set it)"
-    return f"llm: {now} now answers instead of the deterministic mock (an override set it)"
 
 
 def describe_errors(exc: ValidationError, where: str = "config") -> str:

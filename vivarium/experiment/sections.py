@@ -16,14 +16,22 @@ translation does, key by key:
   ``runs_dir`` is the folder the trace goes to (``SectionedConfig.runs_dir``).
 - ``scheduler``: aam's barrier scheduler is Vivarium's ``scheduling: simultaneous``;
   ``sort_mode`` agent_id / seeded_shuffle -> ``order`` sorted / shuffle; ``max_concurrency``
-  -> ``max_concurrency``; ``per_agent_timeout_s`` -> ``llm.agent_timeout``, with the barrier's
-  two retries (``llm.agent_retries: 2``).
+  -> ``max_concurrency``, always given: a file that leaves it out ran aam's 50 decisions at once
+  (``AAM_MAX_CONCURRENCY``), and its translation says so, so the run keeps aam's pace rather
+  than Vivarium's default (``vivarium.settings.DEFAULT_MAX_CONCURRENCY``);
+  ``per_agent_timeout_s`` -> ``llm.agent_timeout``, with the barrier's two retries
+  (``llm.agent_retries: 2``).
 - ``policy``: kind random / cognitive -> ``policy``; ``model``, ``mock_llm``, ``api_base``,
   ``api_key`` -> ``llm``; ``message_history`` -> ``message_history_limit`` (0 for random
   agents, as aam); ``rate_limit_rpm`` / ``rate_limit_tpm`` -> ``llm`` (dropped when
   ``rate_limit_enabled`` is false); ``rate_limit_max_concurrent``, when the file gives it,
   caps the run's ``max_concurrency`` (calls in flight across the run: Vivarium's agents share
-  one gateway, where aam gave each agent its own limiter).
+  one gateway, where aam gave each agent its own limiter; ``capped_concurrency``, as
+  ``vvm phase2 --rate-limit-max-concurrent`` does).
+
+The defaults of the sections below are aam's, as its files mean them: they are what a file that
+leaves a key out says, not Vivarium's defaults (``vivarium.settings``), and a translated config
+gives each such value explicitly.
 
 Unlike aam (whose pydantic models ignore unknown keys), an unknown or invalid key is an error
 of one line naming its section and key: a typo such as ``"stpes"`` would otherwise run the
@@ -41,11 +49,35 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from vivarium.config import ExperimentConfig, describe_errors, load_config_data
 from vivarium.errors import ConfigError
+from vivarium.experiment.config import ExperimentConfig, describe_errors, load_config_data
 
 # The barrier scheduler retries a failed or timed-out decision twice (three attempts).
 BARRIER_AGENT_RETRIES = 2
+
+AAM_MAX_CONCURRENCY = 50
+"""Decisions aam's barrier scheduler ran at once when a file did not say
+(``scheduler.max_concurrency``): the pace of such a file, translated explicitly."""
+
+
+def capped_concurrency(max_concurrency: int | None, max_concurrent: int | None) -> int | None:
+    """The run's ``max_concurrency`` under aam's cap on LLM calls in flight.
+
+    aam's ``rate_limit_max_concurrent`` (``--rate-limit-max-concurrent``) capped the calls in
+    flight; Vivarium's agents share one gateway and make a decision's calls one at a time, so
+    the cap is on the run's decisions in flight. Both aam entry points (the sectioned config,
+    ``vvm phase2``) read it here.
+
+    Args:
+        max_concurrency: The run's own, as given (None: not given).
+        max_concurrent: The cap (None: none).
+
+    Returns:
+        The tighter of the two, whichever is given (None when neither is).
+    """
+    if max_concurrent is None or max_concurrency is None:
+        return max_concurrency if max_concurrent is None else max_concurrent
+    return min(max_concurrency, max_concurrent)
 
 
 class _Section(BaseModel):
@@ -69,7 +101,7 @@ class SchedulerSection(_Section):
     """``scheduler``: aam's barrier scheduler."""
 
     per_agent_timeout_s: float = Field(default=60.0, gt=0)
-    max_concurrency: int = Field(default=50, gt=0)
+    max_concurrency: int = Field(default=AAM_MAX_CONCURRENCY, gt=0)
     sort_mode: Literal["agent_id", "seeded_shuffle"] = "agent_id"
 
 
@@ -230,10 +262,11 @@ def _parse(data: dict[str, Any], where: str) -> SectionedFile:
 def _fields(parsed: SectionedFile, name: str) -> dict[str, Any]:
     run, scheduler, policy = parsed.run, parsed.scheduler, parsed.policy
     cognitive = policy.kind == "cognitive"
-    concurrency = scheduler.max_concurrency
     limited = cognitive and policy.rate_limit_enabled
-    if limited and "rate_limit_max_concurrent" in policy.model_fields_set:
-        concurrency = min(concurrency, policy.rate_limit_max_concurrent)
+    capped = limited and "rate_limit_max_concurrent" in policy.model_fields_set
+    concurrency = capped_concurrency(
+        scheduler.max_concurrency, policy.rate_limit_max_concurrent if capped else None
+    )
     fields: dict[str, Any] = {
         "name": name,
         "world": "channel",

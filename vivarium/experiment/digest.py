@@ -2,8 +2,8 @@
 
 A run id derives from its config (``ExperimentConfig.identity``). A config is plain data, so it
 names the user's code by reference: a class, factory or instance given as an object is
-``module.qualname@digest`` (``vivarium.objects``), a registered factory adds its digest to
-``code_digests`` (``vivarium.build``), and so do an experiment's own reporters. This module
+``module.qualname@digest`` (``vivarium.experiment.objects``), a registered factory adds its digest to
+``code_digests`` (``vivarium.experiment.build``), and so do an experiment's own reporters. This module
 computes those digests, one way for all of them.
 
 The property a digest keeps: **two pieces of user code get the same digest only if a run
@@ -102,7 +102,7 @@ def _library_roots() -> tuple[str, ...]:
 
     paths = sysconfig.get_paths()
     roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots.add(os.path.dirname(os.path.abspath(__file__)))  # the vivarium package
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # vivarium
     return tuple(sorted(os.path.join(r, "") for r in roots))
 
 

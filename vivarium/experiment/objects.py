@@ -3,7 +3,7 @@
 ``Experiment(world=MyWorld, policy=MyPolicy)`` takes a class, a factory or an instance where a
 config takes a name. Configs stay plain data (YAML, the recorded config, a sweep's index): each
 object is named by a reference, ``"<module>.<qualname>@<digest>"``, and kept in this process's
-table ``OBJECTS`` under it. The digest is ``vivarium.identity``'s: of the code that defines
+table ``OBJECTS`` under it. The digest is ``vivarium.experiment.digest``'s: of the code that defines
 the object and of every value that code reads (module globals, closures, defaults, an
 instance's state), by value. A run's identity takes the reference as it is when the run starts
 (``current_reference``): a notebook global changed after the object was named names a new
@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from vivarium.errors import ConfigError
-from vivarium.identity import CodeDigest, digest_code, say_opaque
+from vivarium.experiment.digest import CodeDigest, digest_code, say_opaque
 
 if TYPE_CHECKING:
-    from vivarium.config import ExperimentConfig
-    from vivarium.plan import PlannedAgent
+    from vivarium.experiment.config import ExperimentConfig
+    from vivarium.experiment.plan import PlannedAgent
 
 __all__ = [
     "OBJECTS",
@@ -228,10 +228,18 @@ OBJECTS: dict[str, UserObject] = {}
 
 
 def _looks_like(kind: Kind, obj: Any) -> bool:
-    """Whether ``obj`` is a world (``observe`` and ``apply``) or a policy (``decide``)."""
+    """Whether ``obj`` is a world instance or a policy instance (not a factory to call).
+
+    A world has ``observe`` and ``apply`` (``World``: one without ``state_digest`` is taken as
+    an instance, and the engine names what it lacks); a policy ``decide`` or ``adecide``.
+    """
+    from vivarium.policies.base import AgentPolicy, AsyncAgentPolicy
+    from vivarium.protocols import implements, lacking
+    from vivarium.worlds.base import World
+
     if kind == "world":
-        return callable(getattr(obj, "observe", None)) and callable(getattr(obj, "apply", None))
-    return callable(getattr(obj, "decide", None)) or callable(getattr(obj, "adecide", None))
+        return not {"observe", "apply"} & set(lacking(obj, World))
+    return implements(obj, AgentPolicy) or implements(obj, AsyncAgentPolicy)
 
 
 def _form(kind: Kind, obj: Any, where: str) -> Form:
@@ -257,7 +265,7 @@ def _label(obj: Any, form: Form) -> str:
 
 
 def digest_object(obj: Any, form: Form) -> CodeDigest:
-    """The digest of ``obj``'s code and of what it reads (see ``vivarium.identity``).
+    """The digest of ``obj``'s code and of what it reads (see ``vivarium.experiment.digest``).
 
     An instance is digested as its class's code with its own state; a class, factory or
     partial as code (its closures, defaults, bound arguments and the globals it reads).
