@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vivarium.errors import ConfigError, OverrideWarning
-from vivarium.experiment import runner
+from vivarium.experiment import paths, runner
 from vivarium.experiment.config import ExperimentConfig, load_config_data, make_config
 from vivarium.experiment.overrides import llm_switch, merge_overrides
 from vivarium.trace.run import TraceRun
@@ -246,7 +246,7 @@ class Experiment:
 
     def default_db(self, folder: str | os.PathLike[str] | None = None) -> Path:
         """The config's ``db``, else ``<folder>/<name>.sqlite`` (``folder`` default ``runs/``)."""
-        return runner.default_trace_path(self.config, folder)
+        return paths.default_trace_path(self.config, folder)
 
     def trace_path(
         self,
@@ -264,7 +264,7 @@ class Experiment:
         ``TracePathWarning`` that says so: a loop over seeds keeps every run.
         """
         with self._started() as config:
-            return runner.trace_path(config, db, overwrite=overwrite, folder=folder, stacklevel=2)
+            return paths.trace_path(config, db, overwrite=overwrite, folder=folder, stacklevel=2)
 
     def build(self, trace_db: TraceDb | None, shared: dict[str, Any] | None = None) -> WorldEngine:
         """The engine for this config, writing to ``trace_db`` (None: no trace).

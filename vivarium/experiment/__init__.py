@@ -14,8 +14,9 @@ contract, ``experiment-flow`` in ``pyproject.toml``, keeps that order):
 7. ``identity``: what a run is, every input its id covers (the config, the code of its objects
    and registered factories, its reporters, what cannot be digested), and the package code
    recorded beside it.
-8. ``runner``: one config into a trace, or a trace resumed; the trace path, the progress bar,
-   the one line an outage ends in.
+8. ``paths``: where a run's trace goes, never over another run's result.
+9. ``runner``: one config into a trace, or a trace resumed; the engine, the progress bar, the
+   one line an outage ends in.
 
 Under them all, ``digest``: how a piece of code or a value is digested, by value (a config
 records the digest of an option JSON cannot hold, so it sits below ``config``).

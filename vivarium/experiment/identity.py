@@ -192,7 +192,7 @@ def package_code_digest() -> str:
     (a prompt changed in ``vivarium/policies/prompting.py``) has the same id and a different
     trace. The digest is recorded with each run (``CODE_META_KEY``, outside the run id, which
     stays what it was), and a finished trace made by other code is not replaced without
-    ``overwrite`` (``vivarium.experiment.runner.trace_path``). Read once per process: the modules are
+    ``overwrite`` (``vivarium.experiment.paths.trace_path``). Read once per process: the modules are
     imported once too.
 
     Returns:
