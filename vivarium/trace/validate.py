@@ -101,14 +101,85 @@ def _check_history(con: sqlite3.Connection, report: ValidationReport) -> None:
 
 
 _EMPTY = (None,) * len(ACTION_COLUMNS)  # a step without decisions
+_UNWRITTEN = ("\x00 a value the writer never stores",) * len(ACTION_COLUMNS)
 
 
-def _encoded_steps(
-    con: sqlite3.Connection, report: ValidationReport
-) -> dict[int, tuple[str | None, ...]]:
-    """Each step's decision columns as the state hash covers them (``StepRecord.encode``)."""
+@dataclass
+class _Decisions:
+    """Each step's decision columns as the state hash covers them, and how they were read.
+
+    Attributes:
+        encoded: Step -> its columns encoded (``StepRecord.encode``'s form).
+        counts: Step -> how many decision rows it has.
+        by_sql: Whether SQLite encoded them (``json_group_array``), not Python. SQLite's JSON
+            is the writer's for integers, text and nulls, and may differ for a value the writer
+            never stores (a float, a blob); a step whose hash does not match is read again the
+            writer's way (``_exact_step``) before it is called corrupt, so the check is exactly
+            as strong, and as fast as SQLite where nothing differs.
+        filled: The decision columns some row fills (``success``/``fallback``: some row is not
+            the default).
+    """
+
+    encoded: dict[int, tuple[str | None, ...]]
+    counts: dict[int, int]
+    by_sql: bool
+    filled: set[str]
+
+
+def _aggregates() -> str:
+    """The aggregates of one step's decision rows: count, places, each column's array."""
+    parts = ["count(*)", f"min(id & {SEQ_MASK})", f"max(id & {SEQ_MASK})"]
+    *columns, fallback = ACTION_COLUMNS
+    parts += [f"CASE WHEN count({name}) THEN json_group_array({name}) END" for name in columns]
+    parts.append(f"CASE WHEN sum({fallback} != 0) THEN json_group_array({fallback}) END")
+    parts.append("sum(success != 1)")
+    return f"SELECT {', '.join(parts)} FROM decisions WHERE id BETWEEN ? AND ?"  # noqa: S608
+
+
+def _decisions(con: sqlite3.Connection, report: ValidationReport) -> _Decisions:
+    """The decisions of every step, encoded by SQLite (else row by row in Python).
+
+    One range scan of the table's key per step, in key order, so the arrays come in commit
+    order; rows under a step the steps table does not have are found by their count.
+    """
+    encoded: dict[int, tuple[str | None, ...]] = {}
+    counts: dict[int, int] = {}
+    filled: set[str] = set()
+    query = _aggregates()
+    try:
+        for (step,) in con.execute("SELECT step FROM steps ORDER BY step").fetchall():
+            low = step << SEQ_BITS
+            n, first, last, *columns, unusual_success = con.execute(
+                query, (low, low | SEQ_MASK)
+            ).fetchone()
+            if not n:
+                continue
+            if (first, last) != (0, n - 1):  # ids are unique: n places from 0 to n-1 are 0..n-1
+                _corrupt(report, f"step {step}: decisions are not numbered 0..n-1 in commit order")
+            encoded[step] = tuple(columns)
+            counts[step] = n
+            for name, text in zip(ACTION_COLUMNS, columns, strict=True):
+                if text is not None and name != "success":  # success is never null: see below
+                    filled.add(name)
+            if unusual_success:
+                filled.add("success")
+    except sqlite3.Error:  # a value JSON cannot hold (a blob): the writer's way, row by row
+        return _decisions_in_python(con, report)
+    if sum(counts.values()) != con.execute("SELECT count(*) FROM decisions").fetchone()[0]:
+        strays = con.execute(
+            f"SELECT DISTINCT id >> {SEQ_BITS} FROM decisions "  # noqa: S608
+            f"WHERE id >> {SEQ_BITS} NOT IN (SELECT step FROM steps)"
+        ).fetchall()
+        encoded.update((step, _EMPTY) for (step,) in strays)  # said as not in steps
+    return _Decisions(encoded, counts, True, filled)
+
+
+def _decisions_in_python(con: sqlite3.Connection, report: ValidationReport) -> _Decisions:
+    """Each step's decision columns encoded as the writer did (``StepRecord.encode``)."""
     names = ", ".join(ACTION_COLUMNS)
-    out: dict[int, tuple[str | None, ...]] = {}
+    encoded: dict[int, tuple[str | None, ...]] = {}
+    counts: dict[int, int] = {}
+    filled: set[str] = set()
     rows = con.execute(
         f"SELECT id >> {SEQ_BITS}, id & {SEQ_MASK}, {names} FROM decisions ORDER BY id"  # noqa: S608
     )
@@ -116,23 +187,53 @@ def _encoded_steps(
         decided = list(group)
         if [row[1] for row in decided] != list(range(len(decided))):
             _corrupt(report, f"step {step}: decisions are not numbered 0..n-1 in commit order")
-        *columns, fallback = [list(column) for column in zip(*decided, strict=True)][2:]
-        out[step] = (*(encode_column(c) for c in columns), encode_fallback(fallback))
-    return out
+        encoded[step] = _encode_rows(decided)
+        counts[step] = len(decided)
+        filled.update(_filled_by(decided))
+    return _Decisions(encoded, counts, False, filled)
 
 
-def _check_filled(con: sqlite3.Connection, report: ValidationReport) -> None:
+def _encode_rows(decided: list[tuple[object, ...]]) -> tuple[str | None, ...]:
+    """The columns of one step's rows (``(step, seq, *ACTION_COLUMNS)`` each), encoded.
+
+    A value the writer never stores (a blob put there by hand) encodes as ``_UNWRITTEN``, which
+    matches no hash: the step is reported as changed, not as a traceback.
+    """
+    *columns, fallback = [list(column) for column in zip(*decided, strict=True)][2:]
+    try:
+        return (*(encode_column(c) for c in columns), encode_fallback(fallback))
+    except (TypeError, ValueError):
+        return _UNWRITTEN
+
+
+def _filled_by(decided: list[tuple[object, ...]]) -> set[str]:
+    usual = {"success": 1, "fallback": 0}
+    return {
+        name
+        for i, name in enumerate(ACTION_COLUMNS, start=2)
+        if any(row[i] != usual[name] if name in usual else row[i] is not None for row in decided)
+    }
+
+
+def _exact_step(con: sqlite3.Connection, step: int) -> tuple[str | None, ...]:
+    """One step's decision columns read again and encoded the writer's way."""
+    names = ", ".join(ACTION_COLUMNS)
+    decided = con.execute(
+        f"SELECT {step}, id & {SEQ_MASK}, {names} FROM decisions "  # noqa: S608
+        "WHERE id BETWEEN ? AND ? ORDER BY id",
+        (step << SEQ_BITS, (step << SEQ_BITS) | SEQ_MASK),
+    ).fetchall()
+    return _encode_rows(decided) if decided else _EMPTY
+
+
+def _check_filled(con: sqlite3.Connection, report: ValidationReport, filled: set[str]) -> None:
     """Every decision column a row fills is listed as filled (the frames read only those)."""
     row = con.execute("SELECT value FROM meta WHERE key = ?", (FILLED_META_KEY,)).fetchone()
     if row is None:
         return  # not listed: the frames read every column
     listed = set(json.loads(row[0]))
     for name in ACTION_COLUMNS:
-        if name in listed:
-            continue
-        usual = {"success": "1", "fallback": "0"}.get(name)
-        test = f"{name} IS NOT NULL" if usual is None else f"{name} != {usual}"
-        if con.execute(f"SELECT 1 FROM decisions WHERE {test} LIMIT 1").fetchone():  # noqa: S608
+        if name not in listed and name in filled:
             _corrupt(report, f"decisions: column {name} has values the trace's meta does not list")
 
 
@@ -163,6 +264,7 @@ def _check(con: sqlite3.Connection, report: ValidationReport, live: bool = False
     if report.agents != n_agents:
         _corrupt(report, f"runs row says {n_agents} agents, agents table has {report.agents}")
     columns = {row[1] for row in con.execute("PRAGMA table_info(steps)")}
+    decisions: _Decisions | None = None
     if "agent_idx" in columns:  # schema 2 and before: each step's decisions as JSON arrays
         fallback = "fallback" if "fallback" in columns else "NULL"  # schema 1 had no such column
         step_rows = con.execute(
@@ -171,8 +273,9 @@ def _check(con: sqlite3.Connection, report: ValidationReport, live: bool = False
             "FROM steps ORDER BY step"
         ).fetchall()
     else:  # the decisions table: each step's rows encoded as the hash covers them
-        encoded = _encoded_steps(con, report)
-        _check_filled(con, report)
+        decisions = _decisions(con, report)
+        _check_filled(con, report, decisions.filled)
+        encoded = decisions.encoded
         step_rows = [
             (*row, *encoded.pop(row[0], _EMPTY))
             for row in con.execute(
@@ -209,10 +312,15 @@ def _check(con: sqlite3.Connection, report: ValidationReport, live: bool = False
         if n_actions != n_agents and not (autonomous and 0 < n_actions <= n_agents):
             _corrupt(report, f"step {step}: {n_actions} actions for {n_agents} agents")
         for name, text in zip(ACTION_COLUMNS, encoded, strict=True):
-            try:
-                length = n_actions if text is None else len(json.loads(text))
-            except ValueError:
-                length = -1
+            if text is None:
+                continue
+            if decisions is not None:  # rows: each column holds one value per row
+                length = decisions.counts.get(step, 0)
+            else:  # schema 2 and before: a JSON array per column
+                try:
+                    length = len(json.loads(text))
+                except ValueError:
+                    length = -1
             if length != n_actions:
                 _corrupt(report, f"step {step}: column {name} does not hold {n_actions} values")
         step_messages = messages.get(step, [])
@@ -228,6 +336,18 @@ def _check(con: sqlite3.Connection, report: ValidationReport, live: bool = False
             transitions.get(step, []),
             clock,
         )
+        if expected != state_hash and decisions is not None and decisions.by_sql:
+            exact = _exact_step(con, step)  # SQLite's JSON may not be the writer's: ask Python
+            expected = chain_hash(
+                previous,
+                step,
+                world_digest,
+                n_actions,
+                exact,
+                step_messages,
+                transitions.get(step, []),
+                clock,
+            )
         if expected != state_hash:
             _corrupt(report, f"step {step}: state hash does not match its rows (chain broken here)")
             break
