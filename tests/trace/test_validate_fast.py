@@ -123,3 +123,21 @@ def test_sqlites_json_differing_on_every_step_changes_no_verdict(
     report = validate_trace(path)
     assert report.status == "corrupt"
     assert report.problems == ["step 2: state hash does not match its rows (chain broken here)"]
+
+
+def test_a_trace_sqlite_cannot_read_as_json_says_each_problem_once(tmp_path: Path) -> None:
+    """A blob sends validation the writer's way, row by row; what the first pass found before
+    it gave up is not said twice."""
+    path = _trace(tmp_path, ["one", "two"])
+    con = sqlite3.connect(path)
+    with con:
+        con.execute(
+            "UPDATE decisions SET id = ? WHERE id = ?", ((1 << SEQ_BITS) | 5, 1 << SEQ_BITS)
+        )
+        con.execute("UPDATE decisions SET reasoning = ? WHERE id = ?", (b"\x00", 3 << SEQ_BITS))
+    con.close()
+    report = validate_trace(path)
+    assert report.status == "corrupt"
+    assert len(report.problems) == len(set(report.problems)), report.problems
+    assert "step 1: decisions are not numbered 0..n-1 in commit order" in report.problems
+    assert any(p.startswith("step 1: state hash") for p in report.problems), report.problems

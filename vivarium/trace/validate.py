@@ -145,6 +145,7 @@ def _decisions(con: sqlite3.Connection, report: ValidationReport) -> _Decisions:
     encoded: dict[int, tuple[str | None, ...]] = {}
     counts: dict[int, int] = {}
     filled: set[str] = set()
+    misnumbered: list[int] = []  # said once the pass is through (the fallback would say it again)
     query = _aggregates()
     try:
         for (step,) in con.execute("SELECT step FROM steps ORDER BY step").fetchall():
@@ -155,7 +156,7 @@ def _decisions(con: sqlite3.Connection, report: ValidationReport) -> _Decisions:
             if not n:
                 continue
             if (first, last) != (0, n - 1):  # ids are unique: n places from 0 to n-1 are 0..n-1
-                _corrupt(report, f"step {step}: decisions are not numbered 0..n-1 in commit order")
+                misnumbered.append(step)
             encoded[step] = tuple(columns)
             counts[step] = n
             for name, text in zip(ACTION_COLUMNS, columns, strict=True):
@@ -165,6 +166,8 @@ def _decisions(con: sqlite3.Connection, report: ValidationReport) -> _Decisions:
                 filled.add("success")
     except sqlite3.Error:  # a value JSON cannot hold (a blob): the writer's way, row by row
         return _decisions_in_python(con, report)
+    for step in misnumbered:
+        _corrupt(report, f"step {step}: decisions are not numbered 0..n-1 in commit order")
     if sum(counts.values()) != con.execute("SELECT count(*) FROM decisions").fetchone()[0]:
         strays = con.execute(
             f"SELECT DISTINCT id >> {SEQ_BITS} FROM decisions "  # noqa: S608
