@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from vivarium.errors import TraceError
 from vivarium.trace.db import check_trace_file
-from vivarium.trace.onefile import READ_TIMEOUT, read_connection, read_uri
+from vivarium.trace.onefile import READ_TIMEOUT, leave_one_file, read_connection, read_uri
 from vivarium.trace.schema import (
     DECISIONS,
     FRAME_NAMES,
@@ -213,11 +213,14 @@ def _fetch_arrow(path: Path, sql: str) -> pa.Table:
     """
     import adbc_driver_sqlite.dbapi as adbc
 
-    with adbc.connect(read_uri(path)) as con, con.cursor() as cur:
-        cur.execute(f"PRAGMA busy_timeout = {int(READ_TIMEOUT * 1000)}")
-        cur.fetchall()
-        cur.execute(sql)
-        return cur.fetch_arrow_table()
+    try:
+        with adbc.connect(read_uri(path)) as con, con.cursor() as cur:
+            cur.execute(f"PRAGMA busy_timeout = {int(READ_TIMEOUT * 1000)}")
+            cur.fetchall()
+            cur.execute(sql)
+            return cur.fetch_arrow_table()
+    finally:
+        leave_one_file(path)
 
 
 # What a schema-1 trace (no fallback column) recorded for a decision that fell back: a policy

@@ -20,7 +20,17 @@ then holds part of the run, or none of it. So the file is taken back deliberatel
 2. **On open** (``fold_wal``, called by ``check_trace_file``): a WAL beside a trace that no
    process writes (its writer was killed) is folded back by the next reader the same way, every
    committed step kept: the trace is one file again.
-3. **While reading** (``read_connection``): readers open the file read-only, with a busy timeout
+3. **After reading** (``leave_one_file``, when a reader's connection closes): a reader that had
+   opened the file just before a folded copy took its place reads the old file, which is still
+   in WAL mode, and SQLite then makes a new, empty ``-wal`` and a ``-shm`` beside the new file by
+   name; a read-only reader closing last never removes them. They hold nothing (every step is
+   in the file), but the folder no longer holds one file. So every Vivarium reader, when it
+   closes, removes side files that hold no step beside a file in rollback mode, under the
+   writer's lock (no run can start writing the file meanwhile). Property: once a run has
+   returned and Vivarium's readers have closed, the trace is one file, whatever they did while
+   it closed. A ``-wal`` with frames in it is never removed: that is a writer's, or a killed
+   run's, which the next open folds back.
+4. **While reading** (``read_connection``): readers open the file read-only, with a busy timeout
    (a reader waits while a writer briefly has the file to itself, instead of failing with
    "database is locked"), and close it as soon as they have read. They do not open it
    ``immutable``: that reads without locks, and a file being written or folded changes under
@@ -55,6 +65,7 @@ __all__ = [
     "close_as_one_file",
     "file_id",
     "fold_wal",
+    "leave_one_file",
     "read_connection",
     "read_uri",
     "side_file",
@@ -97,13 +108,82 @@ def read_uri(path: Path) -> str:
     return path.resolve().as_uri() + "?mode=ro"
 
 
-def read_connection(path: Path) -> sqlite3.Connection:
+class _ReadConnection(sqlite3.Connection):
+    """A reader's connection that, once closed, leaves the trace one file (``leave_one_file``)."""
+
+    trace_path: Path | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.trace_path is not None:
+            path, self.trace_path = self.trace_path, None
+            leave_one_file(path)
+
+
+def read_connection(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
     """A read-only connection to the SQLite file at ``path`` (not checked: see the callers).
 
     It waits up to ``READ_TIMEOUT`` seconds when a writer has the file to itself, as it has for
-    a moment when a run starts, closes, or a killed run's WAL is folded back.
+    a moment when a run starts, closes, or a killed run's WAL is folded back. Closing it leaves
+    the trace one file (``leave_one_file``).
     """
-    return sqlite3.connect(read_uri(path), uri=True, timeout=READ_TIMEOUT)
+    con = sqlite3.connect(
+        read_uri(path),
+        uri=True,
+        timeout=READ_TIMEOUT,
+        check_same_thread=check_same_thread,
+        factory=_ReadConnection,
+    )
+    con.trace_path = path  # type: ignore[attr-defined]
+    return con
+
+
+def _rollback_mode(path: Path) -> bool:
+    """Whether the file's header says rollback mode (not WAL); False when it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[18] == 1 and header[19] == 1
+
+
+def _wal_size(path: Path) -> int | None:
+    """The size of ``<path>-wal``; None when there is none."""
+    try:
+        return side_file(path, "-wal").stat().st_size
+    except OSError:
+        return None
+
+
+def leave_one_file(path: Path) -> None:
+    """Remove side files that hold no step from beside a trace no process writes.
+
+    Called when a reader closes (see the module docstring, 3.): a reader that read the old file
+    after a folded copy replaced it makes an empty ``-wal`` and a ``-shm`` beside the new one.
+    They are removed only when the file is in rollback mode, the ``-wal`` is empty (or gone),
+    and the writer's lock can be had at once (no run writes the file, and none can start to
+    while they are removed); otherwise they are left as they are. The usual case, nothing
+    beside the file, costs two ``stat`` calls.
+    """
+    if _wal_size(path) is None and not side_file(path, "-shm").exists():
+        return
+    if _wal_size(path) or not _rollback_mode(path) or os.name != "posix":
+        return  # a WAL with frames, or a file in WAL mode: a writer's, or the next open's fold
+    try:
+        fd = _flock(path, exclusive=True)
+    except OSError:
+        return
+    if fd is None:
+        return  # a run writes the file (or another reader is tidying it)
+    try:
+        if _wal_size(path) or not _rollback_mode(path):
+            return
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                side_file(path, suffix).unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def _flock(path: Path, exclusive: bool) -> int | None:
@@ -156,15 +236,12 @@ def fold_wal(path: Path, *, wal_mode: bool) -> None:
 
     Args:
         path: A checked trace file.
-        wal_mode: Whether its header says WAL mode (a rollback-mode file with an empty ``-wal``
-            beside it, or none, is left alone: SQLite ignores such a file).
+        wal_mode: Whether its header says WAL mode (side files with no step beside a
+            rollback-mode file are removed, ``leave_one_file``).
     """
-    if not wal_mode:
-        try:
-            if side_file(path, "-wal").stat().st_size == 0:
-                return
-        except OSError:
-            return  # the usual case: one file, nothing beside it
+    if not wal_mode and not _wal_size(path):
+        leave_one_file(path)  # nothing beside it (the usual case), or side files with no step
+        return
     if os.name != "posix":  # pragma: no cover - no writer lock to hold meanwhile
         return
     try:

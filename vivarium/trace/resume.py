@@ -149,12 +149,12 @@ def recorded_calls(
         TraceError: The calls cannot be read.
     """
     from vivarium.trace.db import check_trace_file
-    from vivarium.trace.onefile import READ_TIMEOUT, read_uri
+    from vivarium.trace.onefile import read_connection
 
     p = check_trace_file(path)
     # Read on whichever thread a decision asks from (async ones: the event loop's), and
     # closed by the resume once the re-execution is over (it holds back the WAL till then).
-    con = sqlite3.connect(read_uri(p), uri=True, timeout=READ_TIMEOUT, check_same_thread=False)
+    con = read_connection(p, check_same_thread=False)
     try:
         con.execute("BEGIN")  # one snapshot
         cursor = con.execute(_CALL_ROWS_SQL, (first, stop))
