@@ -217,22 +217,20 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _summarise(run: Any, seconds: float) -> None:
-    actions = run.to_polars("actions")
-    n = actions.height
-    counts = actions.group_by("action").len().sort("action")
-    ok = int(actions["success"].sum()) if n else 0
-    fallbacks = int(actions["fallback"].sum()) if n else 0
-    mix = ", ".join(f"{a}={c}" for a, c in counts.iter_rows())
+    from vivarium.trace.summary import run_summary
+
+    summary = run_summary(run.path)  # aggregate queries: no frame is built for a summary
+    n = summary.decisions
+    mix = ", ".join(f"{a}={c}" for a, c in summary.by_action)
     m = run.metadata
     print(f"run {m['run_id']}: {m['steps_done']} steps x {m['agents']} agents -> {n} decisions")
     # Fallbacks (no usable action) are counted apart: they are never successes.
-    fell = f"; {fallbacks} fallbacks (no usable action)" if fallbacks else ""
-    print(f"  actions: {mix or 'none'}; succeeded {ok}/{n}{fell}")
+    fell = f"; {summary.fallbacks} fallbacks (no usable action)" if summary.fallbacks else ""
+    print(f"  actions: {mix or 'none'}; succeeded {summary.succeeded}/{n}{fell}")
     if seconds > 0 and n >= 10_000:  # below that, start-up time dominates the rate
         print(f"  {n / seconds:,.0f} decisions/s ({seconds:.2f} s)")
-    steps = run.to_polars("steps")
-    if steps.height:
-        print(f"  final state hash {steps['state_hash'][-1]}")
+    if summary.final_state_hash is not None:
+        print(f"  final state hash {summary.final_state_hash}")
     print(f"  trace: {run.path}")
     _warn_health(run)
 

@@ -129,7 +129,7 @@ def test_a_stopping_runs_cancellations_say_nothing_of_the_servers() -> None:
 
 
 def test_a_hung_server_of_three_takes_one_call_not_one_a_step(tmp_path: Path) -> None:
-    """A hung server (30 s timeout) behind a 1 s agent timeout: cut once, then cooled down.
+    """A hung server (60 s timeout) behind a 3 s agent timeout: cut once, then cooled down.
 
     Before, it was sent one call of every step, each cut by the agent timeout.
     """
@@ -139,7 +139,7 @@ def test_a_hung_server_of_three_takes_one_call_not_one_a_step(tmp_path: Path) ->
     servers[1].timeout_s = 60
     try:
         run = _experiment(
-            [s.base_url for s in servers], steps=steps, agent_timeout=1, agent_retries=2
+            [s.base_url for s in servers], steps=steps, agent_timeout=3, agent_retries=2
         ).run(tmp_path / "hung.sqlite")
     finally:
         for srv in servers:

@@ -26,6 +26,7 @@ from typing import Any
 
 from vivarium.errors import TraceError
 from vivarium.settings import DEFAULT_DETERMINISTIC_TIMESTAMPS
+from vivarium.trace.column_insert import ColumnInserter
 from vivarium.trace.llm_texts import TextStore, encode_exchange, known_texts
 from vivarium.trace.onefile import (
     FileId,
@@ -73,16 +74,28 @@ _ALWAYS = frozenset({"agent_idx", "action"})
 _DEFAULTS = {"success": 1, "fallback": 0}  # as the decisions table declares them
 
 
-def _insert_decisions(con: sqlite3.Connection, step: int, record: StepRecord) -> tuple[str, ...]:
+def _insert_decisions(
+    con: sqlite3.Connection,
+    step: int,
+    record: StepRecord,
+    columns_inserter: ColumnInserter | None = None,
+) -> tuple[str, ...]:
     """Insert the step's decisions, many rows per statement.
 
-    One statement per row costs SQLite and the driver more than the row itself (about half a
-    microsecond each); a few hundred rows per ``INSERT ... VALUES (...), (...)`` share it.
-    Only the columns some row fills are named: the rest take their default (null, or 0).
+    A step a batch path recorded as JSON columns is inserted by SQLite from those columns
+    (``vivarium.trace.column_insert``: the GIL is released meanwhile). Otherwise the rows are
+    bound here: one statement per row costs SQLite and the driver more than the row itself
+    (about half a microsecond each); a few hundred rows per ``INSERT ... VALUES (...), (...)``
+    share it. Only the columns some row fills are named: the rest take their default (null,
+    or 0).
 
     Returns:
-        The columns named (the frames read only those a run ever filled).
+        The columns some row filled (the frames read only those a run ever filled).
     """
+    if columns_inserter is not None and record.encoded and not record.agent_idx:
+        filled = columns_inserter.insert(con, step, record, _DEFAULTS)
+        if filled is not None:
+            return filled
     columns = record.decision_columns()
     names, values = [], []
     for name, column in zip(ACTION_COLUMNS, columns, strict=True):
@@ -618,6 +631,7 @@ class TraceDb:
         # The decision columns some row has filled (a resume's run may fill more).
         self._filled: set[str] = set(_filled_columns(self.path) if _resume else ())
         self._filled_committed = set(self._filled)  # what the file's meta says
+        self._columns = ColumnInserter()  # the writer connection's batch-step inserts
         # The LLM texts the file holds already (a resume's calls refer to them, not to copies).
         self._texts = TextStore(_known_texts(self.path) if _resume else ())
         self._writer = _Writer(self.path, create=not _resume, max_pages=max_pages)
@@ -809,7 +823,7 @@ class TraceDb:
         def rows(con: sqlite3.Connection) -> None:
             con.execute(_INSERT_STEP, row)
             if record.n_actions:
-                filled = _insert_decisions(con, step, record)
+                filled = _insert_decisions(con, step, record, self._columns)
                 if not self._filled.issuperset(filled):  # the writer thread's own set
                     self._filled.update(filled)
                     con.execute(_SET_META, (FILLED_META_KEY, json.dumps(sorted(self._filled))))

@@ -1,0 +1,98 @@
+"""A run's summary counts from SQL equal what its actions frame says, on every kind of trace.
+
+Expected values are counted here with pandas over the frame (``Run.actions``), never by the
+summary's code; the golden files give every kind, the older schemas and ecology fallbacks
+included.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.support import golden as g
+from vivarium import Run
+from vivarium.trace.summary import run_summary
+
+TRACES = sorted(g.load_manifest()["traces"])
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_the_summary_is_the_frames_count(name: str, tmp_path: Path) -> None:
+    path = g.unpack(g.load_manifest()["traces"][name]["file"], tmp_path)
+    run = Run.open(path)
+    actions = run.actions
+    counts = actions["action"].astype(object).value_counts(dropna=False)
+    expected = sorted(
+        ((None if a is None or a != a else str(a), int(n)) for a, n in counts.items()),
+        key=lambda item: (item[0] is not None, item[0] or ""),
+    )
+    summary = run_summary(path)
+    assert list(summary.by_action) == expected
+    assert summary.decisions == len(actions)
+    assert summary.succeeded == int(actions["success"].fillna(False).astype(bool).sum())
+    assert summary.fallbacks == int(actions["fallback"].astype(bool).sum())
+    steps = run.steps
+    last = steps.sort_values("step")["state_hash"].iloc[-1] if len(steps) else None
+    assert summary.final_state_hash == last
+
+
+def test_vvm_prints_the_counts_of_its_trace(tmp_path: Path) -> None:
+    db = tmp_path / "p.sqlite"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vivarium.cli",
+            "phase1",
+            "--agents",
+            "30",
+            "--steps",
+            "20",
+            "--seed",
+            "4",
+            "--db",
+            str(db),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    actions = Run.open(db).actions
+    mix = ", ".join(
+        f"{a}={n}" for a, n in sorted(actions["action"].astype(str).value_counts().items())
+    )
+    assert f"actions: {mix}; succeeded {int(actions['success'].sum())}/600" in out
+    assert f"final state hash {Run.open(db).steps['state_hash'].iloc[-1]}" in out
+
+
+def test_failures_fallbacks_and_empty_values_count_as_the_frame_reads_them(
+    tmp_path: Path,
+) -> None:
+    # No golden run fell back: plant failures, fallbacks and a new action's name (sorted
+    # between the others) and compare with the frame again.
+    import sqlite3
+
+    path = g.unpack(g.load_manifest()["traces"]["schema3/channel_random"]["file"], tmp_path)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE decisions SET success = 0, fallback = 1 WHERE id % 7 = 0")
+        con.execute("UPDATE decisions SET success = 0, fallback = 0 WHERE id % 7 = 2")
+        con.execute("UPDATE decisions SET action = 'give', fallback = 1 WHERE id % 11 = 3")
+        # The writer's record of the columns some row wrote, which the frames trust.
+        con.execute(
+            "UPDATE meta SET value = json_insert(value, '$[#]', 'success', '$[#]', 'fallback') "
+            "WHERE key = 'decision_columns_filled'"
+        )
+    con.close()
+    actions = Run.open(path).actions
+    summary = run_summary(path)
+    assert summary.succeeded == int(actions["success"].fillna(False).astype(bool).sum()) < 150
+    assert summary.fallbacks == int(actions["fallback"].astype(bool).sum()) > 0
+    assert summary.by_action[1] == ("give", int((actions["action"] == "give").sum()))
+    assert summary.decisions == len(actions) == 150

@@ -1,0 +1,187 @@
+"""A batch step's decisions inserted by SQLite from their stored JSON columns.
+
+A batch path (``vivarium.engine.rows.DecisionRows.batch``) records a step as one compact JSON
+array per decision column, the form the trace stores. Binding those rows one value at a time
+through Python's sqlite3 holds the GIL for every value: about a microsecond a row, mostly on
+the writer's thread while the engine's thread waits for the GIL. Here SQLite reads the arrays
+itself (``json_each``) inside the statements, during which sqlite3 releases the GIL: a step
+binds a handful of texts, whatever its size.
+
+The ``action`` array (the engine's own, one name per row: ``DecisionRows.batch`` builds it and
+``agent_idx``) drives one ``INSERT ... SELECT``; every other column that varies from row to row
+is first read into a temporary table keyed by the row's position (refused unless it is an
+array of exactly the step's rows, none an array or object), and joined on it. The rows come
+out in position order, so the rows, their values and SQLite types, and the order they are
+inserted in (hence the file's bytes) are those of binding the decoded values. A
+column whose text is the very text of the step before (a batch path hands the same object
+every step for what does not change: every agent succeeded, the same metadata) is decoded
+once and, when every row holds the same value, bound as that one value; ``agent_idx`` of a
+step in index order is the row's position. Which columns some row filled (the trace's
+``decision_columns_filled``) is decided per column and step as the row-by-row path decides it.
+
+SQLite reads strict JSON only, and ends a string at an escaped NUL (``u0000`` after a backslash). A column
+Python's ``json`` reads otherwise (``NaN``, a NUL), or columns of unequal lengths, make
+``insert`` return None with nothing inserted: the caller then binds the rows itself (and says
+what is wrong with them, as it always did).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from vivarium.trace.records import ACTION_COLUMNS, encode_column
+
+__all__ = ["ColumnInserter"]
+
+_TABLE = "temp.vivarium_column_{}"
+
+
+class _Seen:
+    """A column's text as last seen, and, once seen twice running, its one value if it has one."""
+
+    __slots__ = ("constant", "length", "settled", "text", "value")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.settled = False  # decoded: ``constant``, ``value`` and ``length`` say what it holds
+        self.constant = False
+        self.value: Any = None
+        self.length = -1
+
+
+class ColumnInserter:
+    """Inserts batch steps for one writer connection (its temporary tables, what it has seen)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, _Seen] = {}
+        self._positional: tuple[int, str] | None = None
+
+    def insert(
+        self, con: sqlite3.Connection, step: int, record: Any, defaults: dict[str, Any]
+    ) -> tuple[str, ...] | None:
+        """Insert the step's rows; the columns some row filled, or None when nothing was done.
+
+        Args:
+            con: The writer's connection, inside the step's transaction.
+            step: The step (row ``i``'s key is ``step << SEQ_BITS | i``).
+            record: A ``StepRecord`` whose ``encoded`` columns a batch path set.
+            defaults: Each column's declared default (absent: null).
+        """
+        from vivarium.trace.schema import SEQ_BITS
+
+        n = record.n_actions
+        texts = dict(zip(ACTION_COLUMNS, record.encoded, strict=False))
+        if any(texts.get(name) is None for name in ("agent_idx", "action", "success")):
+            return None  # not a batch path's step (it always gives these)
+        names = ["agent_idx", "action"]
+        filled = ["agent_idx", "action"]
+        select = ["? + r.key", "r.key", "r.value"]
+        params: list[Any] = [step << SEQ_BITS]
+        joins: list[str] = []
+        try:
+            if texts["agent_idx"] != self._positional_text(n):
+                select[1] = self._join(con, 0, texts["agent_idx"], n, joins)
+            for index, name in enumerate(ACTION_COLUMNS):
+                text = texts.get(name)
+                if name in ("agent_idx", "action") or text is None:
+                    continue
+                default = defaults.get(name)
+                names.append(name)
+                seen = self._settled(name, text)
+                if seen is not None and seen.constant and seen.length == n:
+                    select.append("?")
+                    params.append(seen.value)
+                    if seen.value != default:
+                        filled.append(name)
+                    continue
+                select.append(self._join(con, index, text, n, joins))
+                if con.execute(
+                    f"SELECT EXISTS (SELECT 1 FROM {_TABLE.format(index)} "  # noqa: S608
+                    "WHERE v IS NOT ?)",
+                    (default,),
+                ).fetchone()[0]:
+                    filled.append(name)
+        except (_Unequal, sqlite3.OperationalError, sqlite3.IntegrityError) as exc:
+            if isinstance(exc, sqlite3.Error) and not _refused_json(exc):
+                raise
+            return None
+        # The engine's own action column drives the rows in its order (json_each reads an
+        # array in order; CROSS JOIN keeps it the outer loop), each row's other columns found
+        # by position.
+        params.append(texts["action"])
+        con.execute(
+            f"INSERT OR REPLACE INTO decisions (id, {', '.join(names)}) "  # noqa: S608
+            f"SELECT {', '.join(select)} FROM json_each(?) AS r {' '.join(joins)}",
+            params,
+        )
+        order = {name: i for i, name in enumerate(ACTION_COLUMNS)}
+        return tuple(sorted(filled, key=order.__getitem__))
+
+    def _positional_text(self, n: int) -> str:
+        """The ``agent_idx`` column of a step in index order: ``[0,1,...,n-1]``."""
+        if self._positional is None or self._positional[0] != n:
+            self._positional = (n, encode_column(list(range(n))) or "[]")
+        return self._positional[1]
+
+    def _settled(self, name: str, text: str) -> _Seen | None:
+        """What ``text`` holds when it is the text of the step before too (decoded once)."""
+        seen = self._seen.get(name)
+        if seen is None or seen.text is not text:
+            self._seen[name] = _Seen(text)
+            return None
+        if not seen.settled:
+            seen.settled = True
+            try:
+                values = json.loads(text)
+            except ValueError:
+                return seen  # not constant: SQLite refuses it too, and the caller says why
+            if isinstance(values, list) and values:
+                first = values[0]
+                seen.constant = isinstance(first, str | int | float | type(None)) and all(
+                    type(v) is type(first) and v == first for v in values
+                )
+                seen.value, seen.length = first, len(values)
+        return seen
+
+    def _fill(self, con: sqlite3.Connection, index: int, text: str, n: int) -> str:
+        """Read a column's array into its table keyed by position (exactly ``n`` plain values).
+
+        Raises:
+            _Unequal: It is not an array of ``n`` values that are not arrays or objects (the
+                row-by-row path refuses those, saying why).
+        """
+        if "\\u0000" in text:
+            raise _Unequal  # SQLite's JSON ends a string at an escaped NUL; Python's does not
+        table = _TABLE.format(index)
+        # Asked every time: a rolled-back transaction takes a table it made with it.
+        con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table[5:]} (k INTEGER PRIMARY KEY, v)")
+        con.execute(f"DELETE FROM {table}")  # noqa: S608
+        rows = con.execute(
+            f"INSERT INTO {table} (k, v) SELECT key, value FROM json_each(?) "  # noqa: S608
+            "WHERE json_type(?) = 'array' AND type NOT IN ('array', 'object')",
+            (text, text),
+        ).rowcount
+        if rows != n:
+            raise _Unequal
+        return table
+
+    def _join(
+        self, con: sqlite3.Connection, index: int, text: str, n: int, joins: list[str]
+    ) -> str:
+        """A varying column read into its table and joined on the row; its expression."""
+        table = self._fill(con, index, text, n)
+        alias = f"c{index}"
+        joins.append(f"CROSS JOIN {table} AS {alias} ON {alias}.k = r.key")
+        return f"{alias}.v"
+
+
+def _refused_json(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused a column's JSON (malformed, or keys that are not positions)."""
+    text = str(exc)
+    return "JSON" in text or "datatype mismatch" in text
+
+
+class _Unequal(Exception):
+    """A column holds another number of rows than the step."""
