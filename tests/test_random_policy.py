@@ -129,14 +129,25 @@ def test_batch_keeps_the_word_count() -> None:
     assert [p.get_state() for p in single] == [p.get_state() for p in batched]
 
 
-def test_seeded_keys_match_cpython_seeding() -> None:
-    from vivarium.policies.random import seeded_keys
+@pytest.mark.parametrize("agents", [20, 199, 200, 450])
+def test_seeded_keys_match_cpython_seeding(agents: int) -> None:
+    # Both ways of seeding (one by one below SEED_ONE_BY_ONE_BELOW, vectorised above) and
+    # the vectorised one at every size, against CPython's own generators.
+    from vivarium.policies.random import (
+        SEED_ONE_BY_ONE_BELOW,
+        seeded_keys,
+        seeded_keys_vectorised,
+    )
 
+    assert 20 < SEED_ONE_BY_ONE_BELOW <= 200 < 450
     seeds = [0, 1, 42, 2**32 - 1, 2**32, 2**40 + 12345, 2**64 - 1] + [
-        stable_agent_seed(9, f"agent_{i:03d}") for i in range(20)
+        stable_agent_seed(9, f"agent_{i:03d}") for i in range(agents - 7)
     ]
-    for seed, row in zip(seeds, seeded_keys(seeds), strict=True):
-        assert row.tolist() == list(random.Random(seed).getstate()[1][:624])
+    expected = [list(random.Random(seed).getstate()[1][:624]) for seed in seeds]
+    assert seeded_keys(seeds).tolist() == expected
+    assert seeded_keys_vectorised(seeds).tolist() == expected
+    with pytest.raises(ValueError, match="seeds in"):
+        seeded_keys([*seeds[:3], -1])
 
 
 def test_batch_leaves_lazy_generators_that_match() -> None:

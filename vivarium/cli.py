@@ -11,7 +11,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from vivarium.errors import (
     ConfigError,
@@ -25,6 +25,9 @@ from vivarium.errors import (
     one_line,
 )
 from vivarium.settings import DEFAULT_AGENTS, DEFAULT_SEED, DEFAULT_STEPS
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 3  # as `vvm validate` says of an incomplete trace: resumable
@@ -152,11 +155,30 @@ def _check_export_dir(args: argparse.Namespace) -> None:
         _check_folder("--export-parquet", folder)
 
 
-def _after_run(args: argparse.Namespace, run: Any) -> int:
-    """Check the finished run's trace (unless ``--no-validate``), then export it as Parquet.
+def _start_check(args: argparse.Namespace, run: Any) -> Future[Any] | None:
+    """Start ``vvm validate``'s check of the finished trace (unless ``--no-validate``).
 
-    The check is ``vvm validate``'s: complete, numbered, hash chain intact. As in aam, a
-    trace that fails it is not exported.
+    It reads the file on a thread of its own while the summary and the health are read on
+    this one: both are SQLite queries, during which sqlite3 releases the GIL, so on two cores
+    the check costs the run little more than the longer of the two.
+    """
+    if args.no_validate:
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vivarium.trace.validate import validate_trace
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="vivarium-validate")
+    future = pool.submit(validate_trace, run.path)
+    pool.shutdown(wait=False)  # the check goes on; its thread ends with it
+    return future
+
+
+def _after_run(args: argparse.Namespace, run: Any, checking: Future[Any] | None = None) -> int:
+    """Say the finished run's check (unless ``--no-validate``), then export it as Parquet.
+
+    The check is ``vvm validate``'s: complete, numbered, hash chain intact, as started by
+    ``_start_check`` (or made here). As in aam, a trace that fails it is not exported.
 
     Returns:
         0; 1 when the trace is corrupt or the export failed; 3 when it is incomplete.
@@ -164,7 +186,7 @@ def _after_run(args: argparse.Namespace, run: Any) -> int:
     if not args.no_validate:
         from vivarium.trace.validate import validate_trace
 
-        report = validate_trace(run.path)
+        report = checking.result() if checking is not None else validate_trace(run.path)
         if not report.ok:
             text = one_line("; ".join(report.lines()))
             print(f"vvm {args.command}: error: the trace failed its check: {text}", file=sys.stderr)
@@ -249,8 +271,9 @@ def _cmd_phase1(args: argparse.Namespace) -> int:
     _check_export_dir(args)
     start = time.perf_counter()
     run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
+    checking = _start_check(args, run)
     _summarise(run, time.perf_counter() - start)
-    return _after_run(args, run)
+    return _after_run(args, run, checking)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -277,8 +300,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
+    checking = _start_check(args, run)
     _summarise(run, time.perf_counter() - start)
-    return _after_run(args, run)
+    return _after_run(args, run, checking)
 
 
 def _set_api_base(exp: Any, value: str, path: Path) -> None:
@@ -361,8 +385,9 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
         folder=runs_dir,
         progress=False if args.no_progress else None,
     )
+    checking = _start_check(args, run)
     _summarise(run, time.perf_counter() - start)
-    return _after_run(args, run)
+    return _after_run(args, run, checking)
 
 
 def _llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -445,6 +470,7 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
     _check_export_dir(args)
     start = time.perf_counter()
     run = exp.run(args.db, overwrite=args.overwrite, progress=False if args.no_progress else None)
+    checking = _start_check(args, run)
     _summarise(run, time.perf_counter() - start)
     calls = run.to_polars("llm_calls")
     if calls.height:
@@ -455,7 +481,7 @@ def _cmd_phase2(args: argparse.Namespace) -> int:
         )
         hits = int(calls["cache_hit"].sum())
         print(f"  llm calls: {calls.height} ({errors} failed, {hits} from cache), {tokens} tokens")
-    return _after_run(args, run)
+    return _after_run(args, run, checking)
 
 
 def _rate_limit(args: argparse.Namespace, llm: dict[str, Any]) -> int | None:
@@ -519,8 +545,9 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     _check_export_dir(args)
     start = time.perf_counter()
     run = done.resume(progress=False if args.no_progress else None, llm=llm or None)
+    checking = _start_check(args, run)
     _summarise(run, time.perf_counter() - start)
-    return _after_run(args, run)
+    return _after_run(args, run, checking)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

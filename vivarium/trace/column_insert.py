@@ -1,28 +1,29 @@
-"""A batch step's decisions inserted by SQLite from their stored JSON columns.
+"""A step's decisions inserted by SQLite from their stored JSON columns.
 
-A batch path (``vivarium.engine.rows.DecisionRows.batch``) records a step as one compact JSON
-array per decision column, the form the trace stores. Binding those rows one value at a time
-through Python's sqlite3 holds the GIL for every value: about a microsecond a row, mostly on
-the writer's thread while the engine's thread waits for the GIL. Here SQLite reads the arrays
+Before a step is written, its decision columns are encoded as the trace stores them, one
+compact JSON array per column: a batch path (``vivarium.engine.rows``) records them so, and the
+state hash encodes a per-agent step's (``StepRecord.encode``). Binding the rows one value at a
+time through Python's sqlite3 holds the GIL for every value: about a microsecond a row, on the
+writer's thread while the engine's thread waits for the GIL. Here SQLite reads the arrays
 itself (``json_each``) inside the statements, during which sqlite3 releases the GIL: a step
 binds a handful of texts, whatever its size.
 
-The ``action`` array (the engine's own, one name per row: ``DecisionRows.batch`` builds it and
-``agent_idx``) drives one ``INSERT ... SELECT``; every other column that varies from row to row
-is first read into a temporary table keyed by the row's position (refused unless it is an
-array of exactly the step's rows, none an array or object), and joined on it. The rows come
-out in position order, so the rows, their values and SQLite types, and the order they are
-inserted in (hence the file's bytes) are those of binding the decoded values. A
-column whose text is the very text of the step before (a batch path hands the same object
-every step for what does not change: every agent succeeded, the same metadata) is decoded
-once and, when every row holds the same value, bound as that one value; ``agent_idx`` of a
-step in index order is the row's position. Which columns some row filled (the trace's
-``decision_columns_filled``) is decided per column and step as the row-by-row path decides it.
+The ``action`` array (the engine's own, one name per row, as is ``agent_idx``) drives one
+``INSERT ... SELECT``. Every other column that varies from row to row is first read into a
+temporary table keyed by the row's position (refused unless it is an array of exactly the
+step's rows, none of them an array or object) and joined on it. The rows come out in position
+order, so the rows, their values and SQLite types, and the order they are inserted in (hence
+the file's bytes) are those of binding the decoded values. A column whose text is the very
+text of the step before (a batch path hands the same object every step for what does not
+change: every agent succeeded, the same metadata) is decoded once and, when every row holds
+the same value, bound as that one value; ``agent_idx`` of a step in index order is the row's
+position. Which columns some row filled (the trace's ``decision_columns_filled``) is decided
+per column and step as the row-by-row path decides it.
 
-SQLite reads strict JSON only, and ends a string at an escaped NUL (``u0000`` after a backslash). A column
-Python's ``json`` reads otherwise (``NaN``, a NUL), or columns of unequal lengths, make
-``insert`` return None with nothing inserted: the caller then binds the rows itself (and says
-what is wrong with them, as it always did).
+SQLite reads strict JSON only, and ends a string at an escaped NUL (``u0000`` after a
+backslash). A column Python's ``json`` reads otherwise (``NaN``, a NUL), or columns of unequal
+lengths, make ``insert`` return None with nothing inserted: the caller then binds the rows
+itself (and says what is wrong with them, as it always did).
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ class ColumnInserter:
         joins: list[str] = []
         try:
             if texts["agent_idx"] != self._positional_text(n):
-                select[1] = self._join(con, 0, texts["agent_idx"], n, joins)
+                positions = self._join(con, 0, texts["agent_idx"], n, joins)
+                if positions is None:
+                    return None
+                select[1] = positions
             for index, name in enumerate(ACTION_COLUMNS):
                 text = texts.get(name)
                 if name in ("agent_idx", "action") or text is None:
@@ -96,15 +100,18 @@ class ColumnInserter:
                     if seen.value != default:
                         filled.append(name)
                     continue
-                select.append(self._join(con, index, text, n, joins))
+                column = self._join(con, index, text, n, joins)
+                if column is None:
+                    return None
+                select.append(column)
                 if con.execute(
                     f"SELECT EXISTS (SELECT 1 FROM {_TABLE.format(index)} "  # noqa: S608
                     "WHERE v IS NOT ?)",
                     (default,),
                 ).fetchone()[0]:
                     filled.append(name)
-        except (_Unequal, sqlite3.OperationalError, sqlite3.IntegrityError) as exc:
-            if isinstance(exc, sqlite3.Error) and not _refused_json(exc):
+        except (sqlite3.OperationalError, sqlite3.IntegrityError) as exc:
+            if not _refused_json(exc):
                 raise
             return None
         # The engine's own action column drives the rows in its order (json_each reads an
@@ -145,15 +152,14 @@ class ColumnInserter:
                 seen.value, seen.length = first, len(values)
         return seen
 
-    def _fill(self, con: sqlite3.Connection, index: int, text: str, n: int) -> str:
-        """Read a column's array into its table keyed by position (exactly ``n`` plain values).
+    def _fill(self, con: sqlite3.Connection, index: int, text: str, n: int) -> str | None:
+        """Read a column's array into its table keyed by position; the table's name.
 
-        Raises:
-            _Unequal: It is not an array of ``n`` values that are not arrays or objects (the
-                row-by-row path refuses those, saying why).
+        None when it is not an array of exactly ``n`` values none of which is an array or an
+        object (the row-by-row path refuses those, saying why), or holds an escaped NUL.
         """
         if "\\u0000" in text:
-            raise _Unequal  # SQLite's JSON ends a string at an escaped NUL; Python's does not
+            return None  # SQLite's JSON ends a string at an escaped NUL; Python's does not
         table = _TABLE.format(index)
         # Asked every time: a rolled-back transaction takes a table it made with it.
         con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table[5:]} (k INTEGER PRIMARY KEY, v)")
@@ -163,15 +169,15 @@ class ColumnInserter:
             "WHERE json_type(?) = 'array' AND type NOT IN ('array', 'object')",
             (text, text),
         ).rowcount
-        if rows != n:
-            raise _Unequal
-        return table
+        return table if rows == n else None
 
     def _join(
         self, con: sqlite3.Connection, index: int, text: str, n: int, joins: list[str]
-    ) -> str:
+    ) -> str | None:
         """A varying column read into its table and joined on the row; its expression."""
         table = self._fill(con, index, text, n)
+        if table is None:
+            return None
         alias = f"c{index}"
         joins.append(f"CROSS JOIN {table} AS {alias} ON {alias}.k = r.key")
         return f"{alias}.v"
@@ -181,7 +187,3 @@ def _refused_json(exc: sqlite3.Error) -> bool:
     """Whether SQLite refused a column's JSON (malformed, or keys that are not positions)."""
     text = str(exc)
     return "JSON" in text or "datatype mismatch" in text
-
-
-class _Unequal(Exception):
-    """A column holds another number of rows than the step."""

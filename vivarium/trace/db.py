@@ -82,17 +82,18 @@ def _insert_decisions(
 ) -> tuple[str, ...]:
     """Insert the step's decisions, many rows per statement.
 
-    A step a batch path recorded as JSON columns is inserted by SQLite from those columns
-    (``vivarium.trace.column_insert``: the GIL is released meanwhile). Otherwise the rows are
-    bound here: one statement per row costs SQLite and the driver more than the row itself
-    (about half a microsecond each); a few hundred rows per ``INSERT ... VALUES (...), (...)``
-    share it. Only the columns some row fills are named: the rest take their default (null,
-    or 0).
+    A step whose columns are encoded as the trace stores them (a batch path's, or any step
+    once its state hash is computed: the hash reads the same texts) is inserted by SQLite from
+    those texts (``vivarium.trace.column_insert``: the GIL is released meanwhile). Otherwise
+    the rows are bound here: one statement per row costs SQLite and the driver more than the
+    row itself (about half a microsecond each); a few hundred rows per ``INSERT ... VALUES
+    (...), (...)`` share it. Only the columns some row fills are named: the rest take their
+    default (null, or 0).
 
     Returns:
         The columns some row filled (the frames read only those a run ever filled).
     """
-    if columns_inserter is not None and record.encoded and not record.agent_idx:
+    if columns_inserter is not None and record.encoded:
         filled = columns_inserter.insert(con, step, record, _DEFAULTS)
         if filled is not None:
             return filled

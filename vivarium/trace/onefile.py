@@ -120,13 +120,16 @@ class _ReadConnection(sqlite3.Connection):
             leave_one_file(path)
 
 
-def read_connection(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
+def read_connection(
+    path: str | os.PathLike[str], *, check_same_thread: bool = True
+) -> sqlite3.Connection:
     """A read-only connection to the SQLite file at ``path`` (not checked: see the callers).
 
     It waits up to ``READ_TIMEOUT`` seconds when a writer has the file to itself, as it has for
     a moment when a run starts, closes, or a killed run's WAL is folded back. Closing it leaves
     the trace one file (``leave_one_file``).
     """
+    path = Path(path)
     con = sqlite3.connect(
         read_uri(path),
         uri=True,
@@ -156,7 +159,7 @@ def _wal_size(path: Path) -> int | None:
         return None
 
 
-def leave_one_file(path: Path) -> None:
+def leave_one_file(path: str | os.PathLike[str]) -> None:
     """Remove side files that hold no step from beside a trace no process writes.
 
     Called when a reader closes (see the module docstring, 3.): a reader that read the old file
@@ -166,6 +169,7 @@ def leave_one_file(path: Path) -> None:
     while they are removed); otherwise they are left as they are. The usual case, nothing
     beside the file, costs two ``stat`` calls.
     """
+    path = Path(path)
     if _wal_size(path) is None and not side_file(path, "-shm").exists():
         return
     if _wal_size(path) or not _rollback_mode(path) or os.name != "posix":
