@@ -44,3 +44,23 @@ def run_cli(
         cwd=cwd or ROOT,
         timeout=600,
     )
+
+
+@pytest.fixture(scope="session")
+def ray_once() -> object:
+    """One local Ray (2 CPUs) for the whole test process, started once and never restarted.
+
+    Ray's driver is not safe to shut down and start again in one process: threads of the first
+    session live on against freed structures and crash the process later, in whatever test is
+    running then (ray-project/ray#31145; seen here as a segfault of pytest in an unrelated
+    test). Every test that needs Ray shares this one, as does the README's sweep (whose backend
+    finds it started); it ends with the process.
+    """
+    import logging
+
+    ray = pytest.importorskip(
+        "ray", reason="Ray is not installed (pip install 'vivarium-lab[scale]' or 'ray>=2.9')"
+    )
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    return ray

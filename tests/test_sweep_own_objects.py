@@ -7,11 +7,9 @@ made at run time with no file behind it): the sweep sends them to its workers by
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import textwrap
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,18 +119,10 @@ def test_a_sweep_axis_of_policy_classes(tmp_path: Path) -> None:
     assert totals_by_run(sweep) == {0: [1, 2], 1: [2, 4]}
 
 
-@pytest.fixture(scope="module")
-def ray_local() -> Iterator[Any]:
-    """One local Ray instance with 2 CPUs (as tests/test_sweep_ray.py)."""
-    ray = pytest.importorskip(
-        "ray", reason="Ray is not installed (pip install 'vivarium-lab[scale]' or 'ray>=2.9')"
-    )
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-    yield ray
-    if started:
-        ray.shutdown()
+@pytest.fixture
+def ray_local(ray_once: Any) -> Any:
+    """The test process's one local Ray (``tests.conftest.ray_once``: never restarted)."""
+    return ray_once
 
 
 def test_classes_of_a_notebook_cell_run_on_ray(ray_local: Any, tmp_path: Path) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -21,15 +19,9 @@ BASE = Experiment(name="ray", agents=3, steps=10, seed=21, checkpoint_every=4)
 GRID = {"agents": [2, 3], "order": ["sorted", "shuffle"]}
 
 
-@pytest.fixture(scope="module")
-def ray_local() -> Iterator[None]:
-    """One local Ray instance with 2 CPUs for the whole module."""
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-    yield
-    if started:
-        ray.shutdown()
+@pytest.fixture
+def ray_local(ray_once: object) -> None:
+    """The test process's one local Ray (``tests.conftest.ray_once``: never restarted)."""
 
 
 def assert_same(a: Sweep, b: Sweep) -> None:

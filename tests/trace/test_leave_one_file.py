@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.misuse.test_live_traces import steps_in
 from vivarium import Experiment, Run
 from vivarium.trace.onefile import leave_one_file, read_connection, side_file
 
@@ -26,14 +27,6 @@ CONFIG: dict[str, Any] = {"name": "study", "agents": 20, "steps": 6, "seed": 3}
 
 def folder(db: Path) -> list[str]:
     return sorted(p.name for p in db.parent.iterdir())
-
-
-def steps_in(db: Path) -> int:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return int(con.execute("SELECT count(*) FROM steps").fetchone()[0])
-    finally:
-        con.close()
 
 
 def replace_under(db: Path, open_reader: Callable[[Path], Any]) -> Any:

@@ -56,6 +56,7 @@ import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
@@ -172,22 +173,33 @@ def leave_one_file(path: str | os.PathLike[str]) -> None:
     path = Path(path)
     if _wal_size(path) is None and not side_file(path, "-shm").exists():
         return
-    if _wal_size(path) or not _rollback_mode(path) or os.name != "posix":
+    if _wal_size(path) or not _rollback_mode(path):
         return  # a WAL with frames, or a file in WAL mode: a writer's, or the next open's fold
-    try:
-        fd = _flock(path, exclusive=True)
-    except OSError:
-        return
-    if fd is None:
-        return  # a run writes the file (or another reader is tidying it)
-    try:
-        if _wal_size(path) or not _rollback_mode(path):
+    with _writer_lock(path) as held:
+        # Not held: a run writes the file (or another reader is tidying it).
+        if not held or _wal_size(path) or not _rollback_mode(path):
             return
         for suffix in ("-wal", "-shm"):
             with contextlib.suppress(OSError):
                 side_file(path, suffix).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _writer_lock(path: Path) -> Iterator[bool]:
+    """Hold the writer's lock on ``path`` for the block if it can be had at once: whether it is.
+
+    Not held when a process writes the file (or another reader holds it to tidy or fold), when
+    the file cannot be opened, and off POSIX (no writer's lock there: nothing is done).
+    """
+    fd = None
+    if os.name == "posix":
+        with contextlib.suppress(OSError):
+            fd = _flock(path, exclusive=True)
+    try:
+        yield fd is not None
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def _flock(path: Path, exclusive: bool) -> int | None:
@@ -246,25 +258,18 @@ def fold_wal(path: Path, *, wal_mode: bool) -> None:
     if not wal_mode and not _wal_size(path):
         leave_one_file(path)  # nothing beside it (the usual case), or side files with no step
         return
-    if os.name != "posix":  # pragma: no cover - no writer lock to hold meanwhile
-        return
-    try:
-        fd = _flock(path, exclusive=True)
-    except OSError:
-        return
-    if fd is None:
-        return  # a writer holds the file (or another reader is folding it)
-    try:
-        con = sqlite3.connect(path, timeout=0, isolation_level=None)
+    with _writer_lock(path) as held:
+        if not held:
+            return  # a writer holds the file (or another reader is folding it)
         try:
-            con.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads the header
-            con.execute("PRAGMA journal_mode=DELETE")
-        finally:
-            con.close()
-    except sqlite3.Error:
-        pass  # held open elsewhere, or read-only: read through the WAL this time
-    finally:
-        os.close(fd)
+            con = sqlite3.connect(path, timeout=0, isolation_level=None)
+            try:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads the header
+                con.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                con.close()
+        except sqlite3.Error:
+            pass  # held open elsewhere, or read-only: read through the WAL this time
 
 
 def _busy(exc: sqlite3.Error) -> bool:
