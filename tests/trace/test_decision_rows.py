@@ -171,7 +171,14 @@ def test_a_frame_read_in_two_halves_is_the_frame_read_whole(
 
     whole = frames.read_arrow(trace, "actions")
     monkeypatch.setattr(frames, "_SPLIT_ROWS", 10)
+    queries: list[str] = []
+    fetch = frames._fetch_arrow
+    monkeypatch.setattr(
+        frames, "_fetch_arrow", lambda path, sql: queries.append(sql) or fetch(path, sql)
+    )
     halves = frames.read_arrow(trace, "actions")
+    # Split, by the decisions the steps table counts (48 > 10): two reads of the rows.
+    assert sum("FROM decisions" in sql for sql in queries) == 2
     assert halves.equals(whole)
     assert halves.column("step").to_pylist() == [s for s in range(8) for _ in range(6)]
 
