@@ -20,6 +20,8 @@ peak resident memory of the process. The two draw differently (one generator per
 shared), so they are checked to agree in distribution: the share of events is within 1% of a
 half and the mean value within 1% of 500,000. Goals (issue "The trace is a real database"):
 Vivarium at least 2x faster than Mesa at both sizes, peak memory no more than Mesa's.
+``vvm phase1`` itself (validating the trace at the end, as by default) is timed as a whole
+process beside them (goal: at least 1.5x Mesa's whole process).
 
 A third side, the SQLite floor, times only what any trace of every decision must do: the same
 rows, built before the timer, inserted step by step (one transaction a step, several hundred
@@ -206,6 +208,22 @@ def _check_distribution(side: str, result: dict[str, Any]) -> None:
         raise SystemExit(f"{side} does not decide as the model says: {share=:.4f} {mean=:.0f}")
 
 
+def vvm_side(agents: int, steps: int) -> float:
+    """``vvm phase1`` as a user runs it (the trace validated at the end): whole process, s."""
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "vivarium.cli", "phase1", "--agents", str(agents),
+                   "--steps", str(steps), "--seed", str(SEED), "--no-progress",
+                   "--db", str(Path(tmp) / "vvm.sqlite")]  # fmt: skip
+        began = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        seconds = time.perf_counter() - began
+    assert "hash chain ok" in done.stdout, done.stdout
+    return seconds
+
+
 def child(side: str, agents: int, steps: int) -> None:
     fn = {"mesa": mesa_side, "vivarium": vivarium_side, "floor": floor_side}[side]
     print(json.dumps(fn(agents, steps)))
@@ -250,6 +268,8 @@ def main() -> None:
                     best[side] = result
                 peak[side] = min(peak.get(side, float("inf")), result["peak_mib"])
                 whole[side] = min(whole.get(side, float("inf")), result["process_s"])
+        vvm = min(vvm_side(agents, steps) for _ in range(args.repeat))
+        print(f"  {agents}x{steps} vvm phase1 (validated): {vvm:.2f} s whole process")
         floor = min(
             (_measure(__file__, "floor", agents, steps) for _ in range(args.repeat)),
             key=lambda r: r["seconds"],
@@ -261,6 +281,7 @@ def main() -> None:
         )
         m, v = best["mesa"], best["vivarium"]
         v["floor_s"], v["floor_write_s"] = floor["seconds"], floor["write_s"]
+        v["vvm_s"] = vvm
         ratio = m["seconds"] / v["seconds"]
         whole_ratio = whole["mesa"] / whole["vivarium"]
         print(
@@ -302,10 +323,24 @@ def main() -> None:
             f"{v['trace_bytes'] / 1e6:.1f} | {v['floor_s']:.2f} ({v['floor_write_s']:.2f}) | "
             f"{m['seconds'] / v['floor_s']:.2f}x |"
         )
+    vvm_met = all(r[7]["mesa"] / r[3]["vvm_s"] >= 1.5 for r in rows)
     lines += [
         "",
         f"Goal (Vivarium >= 2x Mesa, in process and whole process): {'met' if met else 'not met'}."
         f" Goal (peak memory <= Mesa's): {'met' if memory_met else 'not met'}.",
+        "",
+        "`vvm phase1 --agents A --steps S` as a user runs it (whole process, the trace validated",
+        "at the end, as by default; best of the same runs) against Mesa's whole process above:",
+        "",
+        "| agents x steps | vvm phase1 s | Mesa whole process s | speed-up |",
+        "|---|---|---|---|",
+        *(
+            f"| {a:,} x {s:,} | {v['vvm_s']:.2f} | {whole['mesa']:.2f} | "
+            f"**{whole['mesa'] / v['vvm_s']:.2f}x** |"
+            for a, s, _, v, _, _, _, whole in rows
+        ),
+        "",
+        f"Goal (`vvm phase1` >= 1.5x Mesa): {'met' if vvm_met else 'not met'}.",
     ]
     if not args.no_write:
         write_section(SECTION, "\n".join(lines))
