@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vivarium import RandomAgentPolicy, stable_agent_seed
 from vivarium.policies.random import RandomBatch
@@ -202,3 +204,39 @@ def test_batch_decider_declines_what_it_cannot_decide() -> None:
     assert RandomAgentPolicy.batch_decider([plain], frozenset({"noop"})) is None
     other = RandomAgentPolicy.from_seed(3, ("noop",))
     assert RandomAgentPolicy.batch_decider([plain, other], both) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    positions=st.lists(
+        st.one_of(st.integers(0, 1300), st.sampled_from([0, 623, 624, 625, 1247, 1248])),
+        min_size=1,
+        max_size=12,
+    ),
+    space=st.sampled_from([("noop", "emit_event"), ("emit_event", "a", "b"), ("a", "b", "c")]),
+    steps=st.integers(1, 120),
+)
+def test_batch_from_any_position_is_cpython_at_every_step(
+    positions: list[int], space: tuple[str, ...], steps: int
+) -> None:
+    # Each agent's generator has drawn ``position`` words before the batch takes it over (a
+    # resumed run, a policy used alone first): at every step the batch decides what CPython's
+    # generators decide, and leaves each exactly where they are, mid-block or at its end.
+    def advanced(i: int, words: int) -> RandomAgentPolicy:
+        policy = RandomAgentPolicy.from_seed(stable_agent_seed(6, f"a{i}"), space)
+        for _ in range(words):
+            policy.rng.getrandbits(32)
+        return policy
+
+    single = [advanced(i, w) for i, w in enumerate(positions)]
+    batched = [advanced(i, w) for i, w in enumerate(positions)]
+    batch = RandomBatch(batched)
+    for t in range(steps):
+        codes, values = batch.decide()
+        for i, policy in enumerate(single):
+            req = policy.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+            assert space[codes[i]] == req.action_name
+            assert values[i] == req.arguments.get("value", -1)
+    batch.sync_policies()
+    assert [p.rng.getstate() for p in batched] == [p.rng.getstate() for p in single]
+    assert [p.get_state() for p in batched] == [p.get_state() for p in single]  # words drawn

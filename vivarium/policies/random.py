@@ -327,9 +327,12 @@ def _window_for(acceptance: float, agents: int, cap: int) -> int:
 class RandomBatch:
     """Vectorised decisions for a group of ``RandomAgentPolicy`` with one shared action space.
 
-    Every agent's Mersenne Twister state is a row of one matrix; each row's output is kept as
-    two tempered blocks (current and next, 1248 words) with a read pointer, exactly CPython's
-    ``(key, pos)`` state, so any agent's ``random.Random`` can be restored at any point.
+    Every agent's Mersenne Twister state is a row of one matrix: its current block (624 words)
+    and a read pointer, exactly CPython's ``(key, pos)`` state, so any agent's
+    ``random.Random`` can be restored at any point. The words a draw looks at are tempered as
+    they are read, and a block is twisted when an agent needs a word past its end, as CPython
+    twists lazily: 2.5 KB an agent (a tempered copy of the block and of the next one, kept
+    before, made it 10 KB, and 100 MB at 10,000 agents).
     """
 
     MAX_WINDOW = 64  # words looked at per draw; an agent that rejects them all draws again
@@ -358,16 +361,11 @@ class RandomBatch:
             self._key[i] = internal[:_N]
             self._ptr[i] = internal[_N]
             self._gauss[i] = gauss
-        self._key_next = _twist(self._key)
-        self._buf = np.zeros((n, 2 * _N), dtype=np.uint32)
-        if used:  # a fresh generator is at word 624: its current block is never read
-            self._buf[used, :_N] = _temper(self._key[used])
-        self._buf[:, _N:] = _temper(self._key_next)
 
         self._rows = np.arange(n)
         self._consumed = np.zeros(n, dtype=np.int64)
         self._start_words = [p.words_drawn() for p in self.policies]
-        self._flat = self._buf.reshape(-1)
+        self._flat = self._key.reshape(-1)  # a view: twists in place show through it
         self._metadata: tuple[int, str] | None = None
 
     @classmethod
@@ -386,20 +384,17 @@ class RandomBatch:
             return False
         return set(space) <= world_actions
 
-    def _advance(self) -> None:
-        """Agents that have read into their next block make it current and twist a new next.
+    def _twist_spent(self, agents: np.ndarray) -> None:
+        """Those of ``agents`` that have read their whole block twist it and read from 0.
 
-        A pointer of exactly 624 stays put: that is CPython's own state after the last word of a
-        block (it twists lazily), so synced states match the per-agent path exactly.
+        Done only when such an agent needs another word, as CPython's ``genrand_uint32`` does:
+        a pointer of 624 is CPython's own state after a block's last word, so synced states
+        match the per-agent path exactly.
         """
-        rows = self._np.nonzero(self._ptr > _N)[0]
-        if not len(rows):
-            return
-        self._key[rows] = self._key_next[rows]
-        self._key_next[rows] = _twist(self._key[rows])
-        self._buf[rows, :_N] = self._buf[rows, _N:]
-        self._buf[rows, _N:] = _temper(self._key_next[rows])
-        self._ptr[rows] -= _N
+        rows = agents[self._ptr[agents] >= _N]
+        if len(rows):
+            self._key[rows] = _twist(self._key[rows])
+            self._ptr[rows] = 0
 
     def _below(self, n: int, rows: np.ndarray) -> np.ndarray:
         """``random.Random._randbelow(n)`` for each agent in ``rows``, from their word streams."""
@@ -411,13 +406,18 @@ class RandomBatch:
         pending = np.arange(len(rows))
         agents = rows
         while len(pending):
-            self._advance()
-            start = agents * (2 * _N) + self._ptr[agents]
-            words = self._flat[start[:, None] + window] >> shift
-            ok = words < n
+            self._twist_spent(agents)
+            ptr = self._ptr[agents]
+            # The window stops at the block's end: an agent that finds no word there reads
+            # the rest of it, and its next look (a twist first) goes on from the new block.
+            at = ptr[:, None] + window
+            inside = at < _N
+            rows_words = self._flat[agents[:, None] * _N + np.minimum(at, _N - 1)]
+            words = _temper(rows_words) >> shift
+            ok = inside & (words < n)
             first = ok.argmax(axis=1)
             found = ok[np.arange(len(agents)), first]
-            taken = np.where(found, first + 1, len(window))
+            taken = np.where(found, first + 1, np.minimum(len(window), _N - ptr))
             self._ptr[agents] += taken
             self._consumed[agents] += taken
             hit = pending[found]
@@ -469,7 +469,6 @@ class RandomBatch:
         Seeded policies get the state as pending (made into a generator only if used again),
         so ending a 10,000-agent run does not build 10,000 generators.
         """
-        self._advance()
         keys = self._key.copy()  # the batch goes on mutating its own
         for i, policy in enumerate(self.policies):
             start = self._start_words[i]
