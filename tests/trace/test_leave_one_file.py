@@ -134,3 +134,19 @@ def test_a_wal_with_frames_is_never_removed(tmp_path: Path) -> None:
     leave_one_file(db)
     assert side_file(db, "-wal").stat().st_size == wal
     con.close()
+
+
+def test_every_reader_of_a_trace_opens_it_through_read_connection() -> None:
+    # The mechanism holds only if no reader of a trace bypasses it: in vivarium/trace, SQLite
+    # is opened directly only by the writer (db.py: its file and an in-memory template) and by
+    # onefile.py itself; the frames' ADBC reads tidy in their own ``finally``.
+    import re
+
+    import vivarium.trace as trace_package
+
+    folder = Path(trace_package.__file__).parent
+    direct = {
+        path.name: len(re.findall(r"sqlite3\.connect\(", path.read_text(encoding="utf-8")))
+        for path in sorted(folder.glob("*.py"))
+    }
+    assert {name: n for name, n in direct.items() if n} == {"db.py": 2, "onefile.py": 3}

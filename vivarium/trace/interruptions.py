@@ -20,9 +20,9 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from vivarium.trace.onefile import read_connection
 from vivarium.trace.schema import INTERRUPTIONS
 
 __all__ = ["Interruption", "describe", "insert_job", "read_interruptions"]
@@ -103,7 +103,7 @@ def read_interruptions(
     """
     if isinstance(source, sqlite3.Connection):
         return _read(source)
-    con = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True)
+    con = read_connection(source)  # closing it leaves the trace one file
     try:
         return _read(con)
     finally:
