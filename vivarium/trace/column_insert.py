@@ -53,7 +53,7 @@ class _Seen:
 
 
 class ColumnInserter:
-    """Inserts batch steps for one writer connection (its temporary tables, what it has seen)."""
+    """Inserts the steps of one writer connection (its temporary tables, what it has seen)."""
 
     def __init__(self) -> None:
         self._seen: dict[str, _Seen] = {}
@@ -67,7 +67,8 @@ class ColumnInserter:
         Args:
             con: The writer's connection, inside the step's transaction.
             step: The step (row ``i``'s key is ``step << SEQ_BITS | i``).
-            record: A ``StepRecord`` whose ``encoded`` columns a batch path set.
+            record: A ``StepRecord`` whose columns are encoded (``encoded``: a batch path's,
+                or ``StepRecord.encode``'s).
             defaults: Each column's declared default (absent: null).
         """
         from vivarium.trace.schema import SEQ_BITS
@@ -75,7 +76,7 @@ class ColumnInserter:
         n = record.n_actions
         texts = dict(zip(ACTION_COLUMNS, record.encoded, strict=False))
         if any(texts.get(name) is None for name in ("agent_idx", "action", "success")):
-            return None  # not a batch path's step (it always gives these)
+            return None  # columns every step stores are missing: bound row by row
         names = ["agent_idx", "action"]
         filled = ["agent_idx", "action"]
         select = ["? + r.key", "r.key", "r.value"]
