@@ -681,7 +681,10 @@ class SchellingWorld(_SchellingState):
     """Mesa's ``Schelling`` as a per-agent world: unhappy agents move to a random empty cell.
 
     Happiness is assessed for everyone at the start of each step (Mesa: at the end of the
-    previous one), so agents act on the same assessment, as in Mesa. Observation:
+    previous one), so agents act on the same assessment, as in Mesa; and, as in Mesa's
+    ``assign_state``, agent by agent in plain Python: each counts its occupied and similar
+    neighbours (``assess_each``; the reporters and the batched world use the numpy rule,
+    ``happy``, which gives the same). Observation:
     ``time_step``, ``agent_id``, ``type``, ``happy``, ``cell``, ``empty_cells`` (shared) and
     ``tools``.
     """
@@ -699,13 +702,15 @@ class SchellingWorld(_SchellingState):
         self._happy_now: list[bool] = []
         self._cells: list[int] = self.cell.tolist()
         self._types: list[int] = self.type.tolist()
+        self._occupant: list[int] = self.grid.tolist()  # agent index per cell, -1 when empty
+        self._near = moore_neighbours(self.width, self.height, self.radius, self.torus)
         self._tools = self.registry.names()  # what an LLM policy is offered
 
     def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
         """What the agent sees; ``empty_cells`` is the world's own list (read, do not keep)."""
         if time_step != self._step:  # a new step: assess everyone once
             self._step = time_step
-            self._happy_now = self.happy().tolist()
+            self._happy_now = self.assess_each()
         i = self.index[agent_id]
         return {
             "time_step": time_step,
@@ -716,6 +721,21 @@ class SchellingWorld(_SchellingState):
             "empty_cells": self.empty,
             "tools": self._tools,
         }
+
+    def assess_each(self) -> list[bool]:
+        """Mesa's ``assign_state`` for every agent in turn: happy when similar neighbours over
+        occupied neighbours (0 when there are none) reach ``homophily``."""
+        occupant, types, near, homophily = self._occupant, self._types, self._near, self.homophily
+        happy = []
+        for i, cell in enumerate(self._cells):
+            mine, total, same = types[i], 0, 0
+            for c in near[cell]:
+                j = occupant[c]
+                if j >= 0:
+                    total += 1
+                    same += types[j] == mine
+            happy.append((same / total if total else 0.0) >= homophily)
+        return happy
 
     def apply(self, request: ActionRequest) -> ActionResult:
         """``move`` by hand when well formed; anything else via the registry."""
@@ -740,6 +760,7 @@ class SchellingWorld(_SchellingState):
         self._cells[i] = to
         self.cell[i] = to
         self.grid[here], self.grid[to] = -1, i
+        self._occupant[here], self._occupant[to] = -1, i
         self.moves += 1
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -250,3 +252,39 @@ def test_an_llm_policy_is_offered_the_worlds_actions(tmp_path: Path) -> None:
         assert isinstance(to, int)
         # A cell off the board or taken is refused with the world's reason, not an exception.
         assert bool(ok) or error == f"cell {to} is not empty"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    width=st.integers(3, 9),
+    height=st.integers(3, 9),
+    radius=st.integers(1, 2),
+    torus=st.booleans(),
+    homophily=st.sampled_from([0.0, 0.25, 0.4, 0.5, 1.0]),
+    density=st.floats(0.2, 0.9),
+    seed=st.integers(0, 10_000),
+    moves=st.integers(0, 30),
+)
+def test_schelling_per_agent_assessment_is_the_numpy_rule(
+    width: int,
+    height: int,
+    radius: int,
+    torus: bool,
+    homophily: float,
+    density: float,
+    seed: int,
+    moves: int,
+) -> None:
+    # The per-agent world assesses each agent in Python, as Mesa's assign_state; the reporters
+    # and the batched world use the numpy rule. They agree on any grid, after any moves.
+    agents = max(1, min(width * height - 1, int(density * width * height)))
+    ids = [f"a{i}" for i in range(agents)]
+    world = om.SchellingWorld(
+        ids, seed=seed, width=width, height=height, homophily=homophily, radius=radius,
+        torus=torus,
+    )  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for _ in range(moves):
+        world.move(ids[int(rng.integers(agents))], world.empty[int(rng.integers(len(world.empty)))])
+        assert world.assess_each() == world.happy().tolist()
+    assert world.assess_each() == world.happy().tolist()
