@@ -152,6 +152,8 @@ def test_columns_sqlite_refuses_insert_nothing(tmp_path: Path) -> None:
         _record(2, result='[[1],"b"]'),  # a row that is an array
         _record(1, result='"a"'),  # a scalar, one row
         _record(2, result='["a\\u0000b","c"]'),  # SQLite's JSON would cut "a\u0000b" at the NUL
+        _record(2, result="[0.1,2]"),  # a float: Python's conversion, bound row by row
+        _record(2, result="[12345678901234567890,2]"),  # past 64 bits: refused row by row
     ):
         con.execute("BEGIN")
         assert inserter.insert(con, 0, record, _DEFAULTS) is None

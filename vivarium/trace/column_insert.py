@@ -20,10 +20,11 @@ the same value, bound as that one value; ``agent_idx`` of a step in index order 
 position. Which columns some row filled (the trace's ``decision_columns_filled``) is decided
 per column and step as the row-by-row path decides it.
 
-SQLite reads strict JSON only, and ends a string at an escaped NUL (``u0000`` after a
-backslash). A column Python's ``json`` reads otherwise (``NaN``, a NUL), or columns of unequal
-lengths, make ``insert`` return None with nothing inserted: the caller then binds the rows
-itself (and says what is wrong with them, as it always did).
+SQLite reads strict JSON only, ends a string at an escaped NUL (``u0000`` after a backslash),
+and parses numbers with its own float conversion. A column Python's ``json`` reads otherwise
+(``NaN``, a NUL), one holding a number SQLite reads as a float, or columns of unequal lengths,
+make ``insert`` return None with nothing inserted: the caller then binds the rows itself (and
+says what is wrong with them, as it always did).
 """
 
 from __future__ import annotations
@@ -157,7 +158,9 @@ class ColumnInserter:
         """Read a column's array into its table keyed by position; the table's name.
 
         None when it is not an array of exactly ``n`` values none of which is an array or an
-        object (the row-by-row path refuses those, saying why), or holds an escaped NUL.
+        object (the row-by-row path refuses those, saying why), when it holds a number SQLite
+        reads as a float (a fraction, an exponent, an integer past 64 bits: Python parses and
+        binds those, so the float stored is Python's, to the last bit), or an escaped NUL.
         """
         if "\\u0000" in text:
             return None  # SQLite's JSON ends a string at an escaped NUL; Python's does not
@@ -167,7 +170,8 @@ class ColumnInserter:
         con.execute(f"DELETE FROM {table}")  # noqa: S608
         rows = con.execute(
             f"INSERT INTO {table} (k, v) SELECT key, value FROM json_each(?) "  # noqa: S608
-            "WHERE json_type(?) = 'array' AND type NOT IN ('array', 'object')",
+            "WHERE json_type(?) = 'array' AND type NOT IN ('array', 'object') "
+            "AND typeof(value) != 'real'",
             (text, text),
         ).rowcount
         return table if rows == n else None
