@@ -174,19 +174,18 @@ def _start_check(args: argparse.Namespace, run: Any) -> Future[Any] | None:
     return future
 
 
-def _after_run(args: argparse.Namespace, run: Any, checking: Future[Any] | None = None) -> int:
-    """Say the finished run's check (unless ``--no-validate``), then export it as Parquet.
+def _after_run(args: argparse.Namespace, run: Any, checking: Future[Any] | None) -> int:
+    """Say the finished run's check, then export it as Parquet.
 
-    The check is ``vvm validate``'s: complete, numbered, hash chain intact, as started by
-    ``_start_check`` (or made here). As in aam, a trace that fails it is not exported.
+    The check is ``vvm validate``'s (complete, numbered, hash chain intact), as started by
+    ``_start_check``: None under ``--no-validate``. As in aam, a trace that fails it is not
+    exported.
 
     Returns:
         0; 1 when the trace is corrupt or the export failed; 3 when it is incomplete.
     """
-    if not args.no_validate:
-        from vivarium.trace.validate import validate_trace
-
-        report = checking.result() if checking is not None else validate_trace(run.path)
+    if checking is not None:
+        report = checking.result()
         if not report.ok:
             text = one_line("; ".join(report.lines()))
             print(f"vvm {args.command}: error: the trace failed its check: {text}", file=sys.stderr)

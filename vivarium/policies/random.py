@@ -263,10 +263,10 @@ def seeded_keys(seeds: Sequence[int]) -> np.ndarray:
     """
     import numpy as np
 
+    if len(seeds) >= SEED_ONE_BY_ONE_BELOW:
+        return seeded_keys_vectorised(seeds)  # checks the seeds itself
     if any(s < 0 or s >> 64 for s in seeds):
         raise ValueError("seeded_keys takes seeds in [0, 2**64)")
-    if len(seeds) >= SEED_ONE_BY_ONE_BELOW:
-        return seeded_keys_vectorised(seeds)
     keys = np.empty((len(seeds), _N), dtype=np.uint32)
     for row, seed in enumerate(seeds):
         keys[row] = random.Random(seed).getstate()[1][:_N]

@@ -33,7 +33,7 @@ import json
 import sqlite3
 from typing import Any
 
-from vivarium.trace.records import ACTION_COLUMNS, encode_column
+from vivarium.trace.records import ACTION_COLUMNS, StepRecord, encode_column
 
 __all__ = ["ColumnInserter"]
 
@@ -61,7 +61,7 @@ class ColumnInserter:
         self._positional: tuple[int, str] | None = None
 
     def insert(
-        self, con: sqlite3.Connection, step: int, record: Any, defaults: dict[str, Any]
+        self, con: sqlite3.Connection, step: int, record: StepRecord, defaults: dict[str, Any]
     ) -> tuple[str, ...] | None:
         """Insert the step's rows; the columns some row filled, or None when nothing was done.
 
@@ -112,10 +112,10 @@ class ColumnInserter:
                     (default,),
                 ).fetchone()[0]:
                     filled.append(name)
-        except (sqlite3.OperationalError, sqlite3.IntegrityError) as exc:
-            if not _refused_json(exc):
+        except sqlite3.OperationalError as exc:
+            if "malformed JSON" not in str(exc):
                 raise
-            return None
+            return None  # Python's json may read it (NaN): bound row by row
         # The engine's own action column drives the rows in its order (json_each reads an
         # array in order; CROSS JOIN keeps it the outer loop), each row's other columns found
         # by position.
@@ -125,8 +125,7 @@ class ColumnInserter:
             f"SELECT {', '.join(select)} FROM json_each(?) AS r {' '.join(joins)}",
             params,
         )
-        order = {name: i for i, name in enumerate(ACTION_COLUMNS)}
-        return tuple(sorted(filled, key=order.__getitem__))
+        return tuple(filled)  # in ACTION_COLUMNS order, as the columns were visited
 
     def _positional_text(self, n: int) -> str:
         """The ``agent_idx`` column of a step in index order: ``[0,1,...,n-1]``."""
@@ -186,9 +185,3 @@ class ColumnInserter:
         alias = f"c{index}"
         joins.append(f"CROSS JOIN {table} AS {alias} ON {alias}.k = r.key")
         return f"{alias}.v"
-
-
-def _refused_json(exc: sqlite3.Error) -> bool:
-    """Whether SQLite refused a column's JSON (malformed, or keys that are not positions)."""
-    text = str(exc)
-    return "JSON" in text or "datatype mismatch" in text
