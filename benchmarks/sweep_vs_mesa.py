@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from results import machine, write_section  # noqa: E402
+from results import machine, measure_in_child, write_section  # noqa: E402
 
 SECTION = "sweep_vs_mesa"
 HERE = Path(__file__).resolve().parent
@@ -73,15 +71,10 @@ def vivarium_side(runs: int, workers: int) -> dict[str, Any]:
 
 
 def _whole_process(side: str, runs: int, workers: int) -> tuple[float, dict[str, Any]]:
+    """``side`` in a fresh process (``results.measure_in_child``), timed start to exit."""
     began = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", side, str(runs), str(workers)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "VIVARIUM_PROGRESS": "0"},
-    )
-    return time.perf_counter() - began, json.loads(done.stdout.strip().splitlines()[-1])
+    result = measure_in_child(__file__, side, runs, workers)
+    return time.perf_counter() - began, result
 
 
 def main() -> None:
