@@ -13,6 +13,7 @@ before it is called corrupt. The properties:
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,8 @@ def _cells(path: Path) -> list[tuple[int, str]]:
         ids = [row[0] for row in con.execute("SELECT id FROM decisions ORDER BY id")]
     finally:
         con.close()
-    return [(i, c) for i in ids for c in ("action", "arguments", "reasoning", "agent_idx")]
+    columns = ("action", "arguments", "reasoning", "agent_idx", "success", "fallback", "error")
+    return [(i, c) for i in ids for c in columns]
 
 
 @pytest.mark.parametrize("new", ["x", "\n", "ü", 7, 0.30000000000000004, b"\x00"])
@@ -104,8 +106,11 @@ def test_sqlites_json_differing_on_every_step_changes_no_verdict(
 ) -> None:
     path = _trace(tmp_path, ["one", "two"])
     # SQLite made to write its arrays otherwise (a space after each comma): no step matches.
-    spaced = validate._aggregates().replace("json_group_array(", "replace(json_group_array(")
-    spaced = spaced.replace(") END", "), ',', ', ') END")
+    spaced = re.sub(
+        r"json_group_array\((\w+)\)",
+        r"replace(json_group_array(\1), ',', ', ')",
+        validate._aggregates(),
+    )
     monkeypatch.setattr(validate, "_aggregates", lambda: spaced)
     asked: list[int] = []
     exact = validate._exact_step
