@@ -152,6 +152,32 @@ def test_seeded_keys_match_cpython_seeding(agents: int) -> None:
         seeded_keys([*seeds[:3], -1])
 
 
+@settings(max_examples=40, deadline=None)
+@given(seeds=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=5))
+def test_first_blocks_draw_what_cpython_draws(seeds: list[int]) -> None:
+    """(first block, position 0) is ``random.Random(seed)``: the same words, block after block."""
+    from vivarium.policies.random import first_blocks
+
+    blocks = first_blocks([*seeds, 0, 2**32 - 1, 2**32])
+    for seed, block in zip([*seeds, 0, 2**32 - 1, 2**32], blocks.tolist(), strict=True):
+        made, own = random.Random(), random.Random(seed)
+        made.setstate((3, (*block, 0), None))
+        assert [made.getrandbits(32) for _ in range(1300)] == [
+            own.getrandbits(32) for _ in range(1300)
+        ]
+        assert made.getstate() == own.getstate()  # once drawn from, the very same state
+    with pytest.raises(ValueError, match="seeds in"):
+        first_blocks([1, 2**64])
+
+
+def test_a_batch_that_drew_nothing_leaves_its_generators_as_seeded() -> None:
+    seeds = [stable_agent_seed(5, f"agent_{i:03d}") for i in range(6)]
+    batched = [RandomAgentPolicy.from_seed(s) for s in seeds]
+    RandomBatch(batched).sync_policies()
+    assert all(p.fresh for p in batched)
+    assert [p.rng.getstate() for p in batched] == [random.Random(s).getstate() for s in seeds]
+
+
 def test_batch_leaves_lazy_generators_that_match() -> None:
     seeds = [stable_agent_seed(4, f"agent_{i:03d}") for i in range(12)]
     single = [RandomAgentPolicy.from_seed(s) for s in seeds]

@@ -240,6 +240,43 @@ def _temper(mt: np.ndarray) -> np.ndarray:
     return y ^ (y >> 18)
 
 
+def _untemper(y: np.ndarray) -> np.ndarray:
+    """The words ``_temper`` was given (each of its four steps undone, last first)."""
+    import numpy as np
+
+    y = y ^ (y >> 18)
+    y = y ^ ((y << 15) & np.uint32(0xEFC60000))
+    t = y
+    for _ in range(4):  # each pass fixes 7 more low bits of ``y ^= (y << 7) & mask``
+        t = y ^ ((t << 7) & np.uint32(0x9D2C5680))
+    y = t
+    for _ in range(2):  # each pass fixes 11 more high bits of ``y ^= y >> 11``
+        t = y ^ (t >> 11)
+    return t
+
+
+def first_blocks(seeds: Sequence[int]) -> np.ndarray:
+    """The block each ``random.Random(seed)`` reads its first 624 words from.
+
+    A freshly seeded generator is its key at position 624: its first read twists the key into
+    this block and reads it from 0, so (block, 0) draws exactly what (key, 624) draws. CPython
+    makes the block's words itself (``getrandbits``, tempered, in C); they are untempered here
+    for all seeds at once. About 13 us a seed, where seeding and reading the key through
+    ``getstate`` costs 30 (625 Python ints a seed).
+    """
+    import numpy as np
+
+    if any(s < 0 or s >> 64 for s in seeds):
+        raise ValueError("first_blocks takes seeds in [0, 2**64)")
+    rng = random.Random()
+    words = bytearray()
+    for seed in seeds:
+        rng.seed(seed)
+        words += rng.getrandbits(32 * _N).to_bytes(4 * _N, "little")  # word 0 lowest
+    tempered = np.frombuffer(bytes(words), dtype="<u4").reshape(len(seeds), _N)
+    return _untemper(tempered.astype(np.uint32))
+
+
 def _initial_state() -> list[int]:
     """``init_genrand(19650218)``: where every ``init_by_array`` seeding starts."""
     mt = [19650218]
@@ -251,7 +288,8 @@ def _initial_state() -> list[int]:
 
 SEED_ONE_BY_ONE_BELOW = 200
 """Agents below which CPython seeds each generator faster than the vectorised recurrences:
-those cost about 8 ms whatever the count (1,248 numpy passes), CPython about 40 us a seed."""
+those cost about 8 ms whatever the count (1,248 numpy passes), CPython 13 to 40 us a seed
+(``first_blocks``, ``seeded_keys``)."""
 
 
 def seeded_keys(seeds: Sequence[int]) -> np.ndarray:
@@ -353,9 +391,15 @@ class RandomBatch:
         self._gauss: list[float | None] = [None] * n
         self._key = np.empty((n, _N), dtype=np.uint32)
         self._ptr = np.full(n, _N, dtype=np.int64)  # a freshly seeded generator is at 624
-        if fresh:
+        self._fresh = np.zeros(n, dtype=bool)
+        self._fresh[fresh] = True
+        seeds = [self.policies[i].seed for i in fresh]
+        if len(fresh) >= SEED_ONE_BY_ONE_BELOW:
             # Seeding 10,000 generators one by one costs more than the whole run of them.
-            self._key[fresh] = seeded_keys([self.policies[i].seed for i in fresh])  # type: ignore[misc]
+            self._key[fresh] = seeded_keys_vectorised(seeds)  # type: ignore[arg-type]
+        elif fresh:  # a small run's fixed cost: each block made by CPython, at position 0
+            self._key[fresh] = first_blocks(seeds)  # type: ignore[arg-type]
+            self._ptr[fresh] = 0
         for i in used:
             _, internal, gauss = self.policies[i].rng.getstate()
             self._key[i] = internal[:_N]
@@ -471,6 +515,8 @@ class RandomBatch:
         """
         keys = self._key.copy()  # the batch goes on mutating its own
         for i, policy in enumerate(self.policies):
+            if self._fresh[i] and not self._consumed[i]:
+                continue  # drew nothing: still exactly random.Random(seed), as it was
             start = self._start_words[i]
             pos = int(self._ptr[i])
             if policy.seed is not None and start is not None and self._gauss[i] is None:
