@@ -178,6 +178,24 @@ def test_a_batch_that_drew_nothing_leaves_its_generators_as_seeded() -> None:
     assert [p.rng.getstate() for p in batched] == [random.Random(s).getstate() for s in seeds]
 
 
+@pytest.mark.parametrize("agents", [5, 230])  # blocks made by CPython, and vectorised
+def test_synced_generators_do_not_change_when_the_batch_draws_on(agents: int) -> None:
+    """The blocks a sync lends its policies are never twisted under them: the batch drawing
+    on (past a block's end) leaves each policy where the sync put it."""
+    seeds = [stable_agent_seed(6, f"agent_{i:03d}") for i in range(agents)]
+    single = [RandomAgentPolicy.from_seed(s) for s in seeds]
+    batched = [RandomAgentPolicy.from_seed(s) for s in seeds]
+    batch = RandomBatch(batched)
+    for t in range(300):
+        batch.decide()
+        for p in single:
+            p.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
+    batch.sync_policies()
+    for _ in range(900):  # every agent twists its block at least once more
+        batch.decide()
+    assert [p.rng.getstate() for p in batched] == [p.rng.getstate() for p in single]
+
+
 def test_batch_leaves_lazy_generators_that_match() -> None:
     seeds = [stable_agent_seed(4, f"agent_{i:03d}") for i in range(12)]
     single = [RandomAgentPolicy.from_seed(s) for s in seeds]

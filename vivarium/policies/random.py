@@ -259,15 +259,23 @@ def first_blocks(seeds: Sequence[int]) -> np.ndarray:
     """The block each ``random.Random(seed)`` reads its first 624 words from.
 
     A freshly seeded generator is its key at position 624: its first read twists the key into
-    this block and reads it from 0, so (block, 0) draws exactly what (key, 624) draws. CPython
-    makes the block's words itself (``getrandbits``, tempered, in C); they are untempered here
-    for all seeds at once. About 13 us a seed, where seeding and reading the key through
-    ``getstate`` costs 30 (625 Python ints a seed).
+    this block and reads it from 0, so (block, 0) draws exactly what (key, 624) draws. Below
+    ``SEED_ONE_BY_ONE_BELOW`` seeds CPython makes each block's words itself (``getrandbits``,
+    tempered, in C: about 13 us a seed), untempered here for all at once; above, the keys are
+    made and twisted ``SEED_CHUNK`` seeds at a time (``seeded_keys_vectorised``), so that no
+    step of it holds more than a chunk's temporaries, however many agents.
     """
     import numpy as np
 
     if any(s < 0 or s >> 64 for s in seeds):
         raise ValueError("first_blocks takes seeds in [0, 2**64)")
+    if len(seeds) >= SEED_ONE_BY_ONE_BELOW:
+        low, high = _seed_words(seeds)
+        blocks = np.empty((len(seeds), _N), dtype=np.uint32)
+        for start in range(0, len(seeds), SEED_CHUNK):
+            part = slice(start, start + SEED_CHUNK)
+            blocks[part] = _twist(_init_by_array(low[part], high[part]).T)
+        return blocks
     rng = random.Random()
     words = bytearray()
     for seed in seeds:
@@ -296,7 +304,7 @@ def seeded_keys(seeds: Sequence[int]) -> np.ndarray:
     """The Mersenne Twister keys of ``random.Random(seed)`` for many seeds at once.
 
     Below ``SEED_ONE_BY_ONE_BELOW`` seeds, CPython seeds each (a small run's fixed cost);
-    above, ``seeded_keys_vectorised`` (about 5x faster than one by one at 10,000 agents).
+    above, ``seeded_keys_vectorised`` (about 6x faster than one by one at 10,000 agents).
     Both give the same keys.
     """
     import numpy as np
@@ -311,47 +319,72 @@ def seeded_keys(seeds: Sequence[int]) -> np.ndarray:
     return keys
 
 
+SEED_CHUNK = 4096
+"""Seeds whose recurrences run together: their state (624 words each, 10 MB) stays in the
+processor's caches, where all 100,000 of a large run at once (250 MB) would not."""
+
+
 def seeded_keys_vectorised(seeds: Sequence[int]) -> np.ndarray:
-    """``seeded_keys`` by CPython's recurrences run once over all the seeds.
+    """``seeded_keys`` by CPython's recurrences run over many seeds at once.
 
     CPython seeds with ``init_by_array`` over the seed's 32-bit words (little end first); here
-    the same recurrences run once over all agents (one row of the state per index, agents
-    along the row).
+    the same recurrences run over ``SEED_CHUNK`` seeds at a time (one row of the state per
+    index, seeds along the row), in 32-bit words: numpy's unsigned arithmetic wraps as the
+    C code's does, so no mask is needed and the state takes half the memory. Time and memory
+    grow with the seeds and no faster (about 5 us a seed).
     """
     import numpy as np
 
-    m32 = np.uint64(0xFFFFFFFF)
     n = len(seeds)
     if any(s < 0 or s >> 64 for s in seeds):
         raise ValueError("seeded_keys takes seeds in [0, 2**64)")
-    lo = np.fromiter((s & 0xFFFFFFFF for s in seeds), dtype=np.uint64, count=n)
-    hi = np.fromiter((s >> 32 for s in seeds), dtype=np.uint64, count=n)
-    two_words = hi > 0
-    mt = np.repeat(np.array(_initial_state(), dtype=np.uint64)[:, None], n, axis=1)
+    low, high = _seed_words(seeds)
+    keys = np.empty((n, _N), dtype=np.uint32)
+    for start in range(0, n, SEED_CHUNK):
+        part = slice(start, start + SEED_CHUNK)
+        keys[part] = _init_by_array(low[part], high[part]).T
+    return keys
+
+
+def _seed_words(seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each seed's low and high 32-bit words (seeds checked to be below 2**64)."""
+    import numpy as np
+
+    n = len(seeds)
+    low = np.fromiter((s & 0xFFFFFFFF for s in seeds), dtype=np.uint32, count=n)
+    high = np.fromiter((s >> 32 for s in seeds), dtype=np.uint32, count=n)
+    return low, high
+
+
+def _init_by_array(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """CPython's ``init_by_array`` for keys of one word (``high`` 0) or two: (624, seeds)."""
+    import numpy as np
+
+    two_words = high > 0
+    # Key word j of a two-word key: low at even j, high (plus j, 1) at odd j; a one-word key
+    # adds its only word and 0 every time.
+    odd_word = np.where(two_words, high, low)
+    odd_index = two_words.astype(np.uint32)
+    first, second, thirty = np.uint32(1664525), np.uint32(1566083941), np.uint32(30)
+    mt = np.repeat(np.array(_initial_state(), dtype=np.uint32)[:, None], len(low), axis=1)
     i = 1
-    for j in range(_N):  # j counts key words; a one-word key always uses word 0
+    for j in range(_N):
         prev = mt[i - 1]
-        word = np.where(two_words & (j % 2 == 1), hi, lo) if j else lo
-        jj = np.where(two_words, j % 2, 0).astype(np.uint64) if j else np.uint64(0)
-        mt[i] = (
-            (mt[i] ^ (((prev ^ (prev >> np.uint64(30))) * np.uint64(1664525)) & m32)) + word + jj
-        ) & m32
+        word, index = (odd_word, odd_index) if j % 2 else (low, np.uint32(0))
+        mt[i] = (mt[i] ^ ((prev ^ (prev >> thirty)) * first)) + word + index
         i += 1
         if i >= _N:
             mt[0] = mt[_N - 1]
             i = 1
     for _ in range(_N - 1):
         prev = mt[i - 1]
-        mt[i] = (
-            (mt[i] ^ (((prev ^ (prev >> np.uint64(30))) * np.uint64(1566083941)) & m32))
-            - np.uint64(i)
-        ) & m32
+        mt[i] = (mt[i] ^ ((prev ^ (prev >> thirty)) * second)) - np.uint32(i)
         i += 1
         if i >= _N:
             mt[0] = mt[_N - 1]
             i = 1
     mt[0] = 0x80000000
-    return np.ascontiguousarray(mt.T.astype(np.uint32))
+    return mt
 
 
 def _window_for(acceptance: float, agents: int, cap: int) -> int:
@@ -389,17 +422,17 @@ class RandomBatch:
         fresh = [i for i, p in enumerate(self.policies) if p.fresh]
         used = [i for i, p in enumerate(self.policies) if not p.fresh]
         self._gauss: list[float | None] = [None] * n
-        self._key = np.empty((n, _N), dtype=np.uint32)
-        self._ptr = np.full(n, _N, dtype=np.int64)  # a freshly seeded generator is at 624
         self._fresh = np.zeros(n, dtype=bool)
         self._fresh[fresh] = True
-        seeds = [self.policies[i].seed for i in fresh]
-        if len(fresh) >= SEED_ONE_BY_ONE_BELOW:
-            # Seeding 10,000 generators one by one costs more than the whole run of them.
-            self._key[fresh] = seeded_keys_vectorised(seeds)  # type: ignore[arg-type]
-        elif fresh:  # a small run's fixed cost: each block made by CPython, at position 0
-            self._key[fresh] = first_blocks(seeds)  # type: ignore[arg-type]
-            self._ptr[fresh] = 0
+        # A freshly seeded generator starts at its first block, position 0 (``first_blocks``:
+        # seeding 10,000 generators one by one costs more than the whole run of them).
+        blocks = first_blocks([self.policies[i].seed for i in fresh])  # type: ignore[misc]
+        if len(fresh) == n:
+            self._key = blocks  # no second copy of a large run's 2.5 KB an agent
+        else:
+            self._key = np.empty((n, _N), dtype=np.uint32)
+            self._key[fresh] = blocks
+        self._ptr = np.zeros(n, dtype=np.int64)
         for i in used:
             _, internal, gauss = self.policies[i].rng.getstate()
             self._key[i] = internal[:_N]
@@ -410,6 +443,7 @@ class RandomBatch:
         self._consumed = np.zeros(n, dtype=np.int64)
         self._start_words = [p.words_drawn() for p in self.policies]
         self._flat = self._key.reshape(-1)  # a view: twists in place show through it
+        self._lent = False  # whether synced policies read ``_key`` (see ``sync_policies``)
         self._metadata: tuple[int, str] | None = None
 
     @classmethod
@@ -436,9 +470,14 @@ class RandomBatch:
         match the per-agent path exactly.
         """
         rows = agents[self._ptr[agents] >= _N]
-        if len(rows):
-            self._key[rows] = _twist(self._key[rows])
-            self._ptr[rows] = 0
+        if len(rows) and self._lent:  # the policies read the blocks lent: twist a copy
+            self._key = self._key.copy()
+            self._flat = self._key.reshape(-1)
+            self._lent = False
+        for start in range(0, len(rows), SEED_CHUNK):  # a chunk's temporaries at a time
+            chunk = rows[start : start + SEED_CHUNK]
+            self._key[chunk] = _twist(self._key[chunk])
+        self._ptr[rows] = 0
 
     def _below(self, n: int, rows: np.ndarray) -> np.ndarray:
         """``random.Random._randbelow(n)`` for each agent in ``rows``, from their word streams."""
@@ -513,7 +552,10 @@ class RandomBatch:
         Seeded policies get the state as pending (made into a generator only if used again),
         so ending a 10,000-agent run does not build 10,000 generators.
         """
-        keys = self._key.copy()  # the batch goes on mutating its own
+        # Lent, not copied (a large run's blocks are 2.5 KB an agent): the batch twists a copy
+        # if it draws again (``_twist_spent``), the only place it changes them.
+        keys = self._key
+        self._lent = True
         for i, policy in enumerate(self.policies):
             if self._fresh[i] and not self._consumed[i]:
                 continue  # drew nothing: still exactly random.Random(seed), as it was
