@@ -216,20 +216,27 @@ _N, _M = 624, 397
 _UPPER, _LOWER, _MATRIX_A = 0x80000000, 0x7FFFFFFF, 0x9908B0DF
 
 
-def _twist(mt: np.ndarray) -> np.ndarray:
-    """One MT19937 twist of every row of ``mt`` (agents x 624, uint32), as CPython's genrand.
+def _twist(mt: np.ndarray, *, words_first: bool = False) -> np.ndarray:
+    """One MT19937 twist of every generator in ``mt`` (uint32), as CPython's genrand does.
 
-    Row i's new word j depends on new words j-227, so three blocks of 227 run in order.
+    ``mt`` is agents x 624, or 624 x agents with ``words_first`` (where each word's slice is
+    contiguous: about 3x faster over a seeding chunk's fresh state, which it twists in place).
+    A new word j depends on new words j-227, so three blocks of 227 run in order.
     """
     import numpy as np
 
-    mt = mt.copy()
+    def words(lo: int, hi: int) -> tuple[slice, ...]:
+        return (slice(lo, hi),) if words_first else (slice(None), slice(lo, hi))
+
+    if not words_first:
+        mt = mt.copy()
+    a = np.uint32(_MATRIX_A)
     for lo, hi in ((0, 227), (227, 454), (454, 623)):
-        y = (mt[:, lo:hi] & _UPPER) | (mt[:, lo + 1 : hi + 1] & _LOWER)
-        src = mt[:, lo + _M : hi + _M] if lo == 0 else mt[:, lo + _M - _N : hi + _M - _N]
-        mt[:, lo:hi] = src ^ (y >> 1) ^ ((y & 1) * np.uint32(_MATRIX_A))
-    y = (mt[:, 623] & _UPPER) | (mt[:, 0] & _LOWER)
-    mt[:, 623] = mt[:, _M - 1] ^ (y >> 1) ^ ((y & 1) * np.uint32(_MATRIX_A))
+        y = (mt[words(lo, hi)] & _UPPER) | (mt[words(lo + 1, hi + 1)] & _LOWER)
+        src = mt[words(lo + _M, hi + _M)] if lo == 0 else mt[words(lo + _M - _N, hi + _M - _N)]
+        mt[words(lo, hi)] = src ^ (y >> 1) ^ ((y & 1) * a)
+    y = (mt[words(623, 624)] & _UPPER) | (mt[words(0, 1)] & _LOWER)
+    mt[words(623, 624)] = mt[words(_M - 1, _M)] ^ (y >> 1) ^ ((y & 1) * a)
     return mt
 
 
@@ -274,7 +281,7 @@ def first_blocks(seeds: Sequence[int]) -> np.ndarray:
         blocks = np.empty((len(seeds), _N), dtype=np.uint32)
         for start in range(0, len(seeds), SEED_CHUNK):
             part = slice(start, start + SEED_CHUNK)
-            blocks[part] = _twist(_init_by_array(low[part], high[part]).T)
+            blocks[part] = _twist(_init_by_array(low[part], high[part]), words_first=True).T
         return blocks
     rng = random.Random()
     words = bytearray()
