@@ -1,6 +1,7 @@
 """Random agents: Vivarium (every decision in an SQLite trace) against Mesa 3.3 (in memory).
 
-    python benchmarks/phase1_vs_mesa.py [--repeat 3] [--sizes 1000x1000,10000x100] [--no-write]
+    python benchmarks/phase1_vs_mesa.py [--repeat 3] [--sizes 1000x1000,10000x100,100000x3]
+                                        [--no-write]
 
 Both sides end with the same analysis-ready frame: one row per agent and step with the agent,
 its action and the event's ``value`` as an integer column (null for a ``noop``).
@@ -18,8 +19,9 @@ Each measurement runs in a fresh child process, one at a time, sides alternating
 run), the whole process (start to exit: interpreter, imports, warm-up, run, frame), and the
 peak resident memory of the process. The two draw differently (one generator per agent vs one
 shared), so they are checked to agree in distribution: the share of events is within 1% of a
-half and the mean value within 1% of 500,000. Goals (issue "The trace is a real database"):
-Vivarium at least 2x faster than Mesa at both sizes, peak memory no more than Mesa's.
+half and the mean value within 1% of 500,000. Goals (issues "The trace is a real database" and
+"Fast with every decision a row"): Vivarium at least 2x faster than Mesa at 1,000 x 1,000 and
+10,000 x 100, and no slower at 100,000 agents; peak memory no more than Mesa's.
 ``vvm phase1`` itself (validating the trace at the end, as by default) is timed as a whole
 process beside them (goal: at least 1.5x Mesa's whole process).
 
@@ -45,6 +47,7 @@ from results import measure_in_child as _measure  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "phase1_vs_mesa"
 SEED = 42
+LARGE = 100_000  # agents from which the goal is Mesa's own time and memory
 
 
 # -- the two sides (run inside a child process) ------------------------------------------------
@@ -54,7 +57,13 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def mesa_side(agents: int, steps: int) -> dict[str, Any]:
+def decision_model() -> Any:
+    """Mesa's side of the model: agents that each pick ``noop`` or ``emit_event`` (a class).
+
+    ``DecisionModel(n, seed)``; each ``step()`` every agent decides, in creation order, from the
+    model's shared generator (``self.random``, Mesa's idiom), and one ``DataCollector`` keeps
+    both agent reporters (action and value): what the trace holds.
+    """
     import mesa
 
     actions = ("noop", "emit_event")
@@ -82,6 +91,12 @@ def mesa_side(agents: int, steps: int) -> dict[str, Any]:
         def step(self) -> None:
             self.agents.do("step")
             self.datacollector.collect(self)
+
+    return DecisionModel
+
+
+def mesa_side(agents: int, steps: int) -> dict[str, Any]:
+    DecisionModel = decision_model()  # noqa: N806 - a class
 
     def once(n: int, s: int) -> tuple[float, Any]:
         start = time.perf_counter()
@@ -233,7 +248,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", nargs=3, metavar=("SIDE", "AGENTS", "STEPS"))
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sizes", default="1000x1000,10000x100")
+    parser.add_argument("--sizes", default="1000x1000,10000x100,100000x3")
     parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     args = parser.parse_args()
     if args.child:
@@ -291,7 +306,8 @@ def main() -> None:
         )
         rows.append((agents, steps, m, v, ratio, whole_ratio, dict(peak), dict(whole)))
 
-    met = all(r[4] >= 2 and r[5] >= 2 for r in rows)
+    # The issue's goals: 2x Mesa below 100,000 agents; from there, Mesa's time (1x).
+    met = all(min(r[4], r[5]) >= (1 if r[0] >= LARGE else 2) for r in rows)
     memory_met = all(r[6]["vivarium"] <= r[6]["mesa"] for r in rows)
     lines = [
         "## Random agents: Vivarium vs Mesa (`benchmarks/phase1_vs_mesa.py`)",
@@ -326,7 +342,8 @@ def main() -> None:
     vvm_met = all(r[7]["mesa"] / r[3]["vvm_s"] >= 1.5 for r in rows)
     lines += [
         "",
-        f"Goal (Vivarium >= 2x Mesa, in process and whole process): {'met' if met else 'not met'}."
+        "Goal (Vivarium >= 2x Mesa in process and whole process; at 100,000 agents, >= 1x): "
+        f"{'met' if met else 'not met'}."
         f" Goal (peak memory <= Mesa's): {'met' if memory_met else 'not met'}.",
         "",
         "`vvm phase1 --agents A --steps S` as a user runs it (whole process, the trace validated",
