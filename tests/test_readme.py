@@ -47,6 +47,8 @@ QUICK = {
         "--agents", "40", "--steps", "2", "--max-concurrency", "10", "--no-write",
     ],
     "benchmarks/trace_sql.py": ["--sizes", "40x10", "--repeat", "1", "--no-write"],
+    "benchmarks/fixed_cost.py": ["--runs", "3", "--no-write"],
+    "benchmarks/sweep_vs_mesa.py": ["--runs", "4", "--workers", "1", "--no-write"],
     "benchmarks/llm_concurrency.py": [
         "--agents", "4", "--steps", "2", "--latency-ms", "5", "--repeats", "1", "--no-write",
     ],
