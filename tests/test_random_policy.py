@@ -118,16 +118,24 @@ def test_compact_checkpoint_state_restores_the_stream() -> None:
     assert restored.rng.getstate() == live.rng.getstate()
 
 
-def test_batch_keeps_the_word_count() -> None:
-    seeds = [stable_agent_seed(8, f"agent_{i:03d}") for i in range(5)]
+def _side_by_side(
+    seed: int, agents: int, steps: int
+) -> tuple[list[RandomAgentPolicy], list[RandomAgentPolicy], RandomBatch]:
+    """Agents deciding ``steps`` steps one by one, and the same agents in a batch (synced)."""
+    seeds = [stable_agent_seed(seed, f"agent_{i:03d}") for i in range(agents)]
     single = [RandomAgentPolicy.from_seed(s) for s in seeds]
     batched = [RandomAgentPolicy.from_seed(s) for s in seeds]
     batch = RandomBatch(batched)
-    for t in range(700):
+    for t in range(steps):
         batch.decide()
         for p in single:
             p.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
     batch.sync_policies()
+    return single, batched, batch
+
+
+def test_batch_keeps_the_word_count() -> None:
+    single, batched, _ = _side_by_side(8, 5, 700)
     assert [p.get_state() for p in single] == [p.get_state() for p in batched]
 
 
@@ -182,15 +190,7 @@ def test_a_batch_that_drew_nothing_leaves_its_generators_as_seeded() -> None:
 def test_synced_generators_do_not_change_when_the_batch_draws_on(agents: int) -> None:
     """The blocks a sync lends its policies are never twisted under them: the batch drawing
     on (past a block's end) leaves each policy where the sync put it."""
-    seeds = [stable_agent_seed(6, f"agent_{i:03d}") for i in range(agents)]
-    single = [RandomAgentPolicy.from_seed(s) for s in seeds]
-    batched = [RandomAgentPolicy.from_seed(s) for s in seeds]
-    batch = RandomBatch(batched)
-    for t in range(300):
-        batch.decide()
-        for p in single:
-            p.decide(run_id="r", time_step=t, agent_id="a", observation={"time_step": t})
-    batch.sync_policies()
+    single, batched, batch = _side_by_side(6, agents, 300)
     for _ in range(900):  # every agent twists its block at least once more
         batch.decide()
     assert [p.rng.getstate() for p in batched] == [p.rng.getstate() for p in single]
