@@ -269,8 +269,9 @@ def first_blocks(seeds: Sequence[int]) -> np.ndarray:
     this block and reads it from 0, so (block, 0) draws exactly what (key, 624) draws. Below
     ``SEED_ONE_BY_ONE_BELOW`` seeds CPython makes each block's words itself (``getrandbits``,
     tempered, in C: about 13 us a seed), untempered here for all at once; above, the keys are
-    made and twisted ``SEED_CHUNK`` seeds at a time (``seeded_keys_vectorised``), so that no
-    step of it holds more than a chunk's temporaries, however many agents.
+    made (CPython's ``init_by_array``, as ``seeded_keys_vectorised`` makes them) and twisted
+    ``SEED_CHUNK`` seeds at a time, so that no step of it holds more than a chunk's
+    temporaries, however many agents.
     """
     import numpy as np
 
