@@ -13,10 +13,11 @@ cache themselves per loop (litellm's) on a loop that lives as long as the proces
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -63,9 +64,12 @@ class _LoopThread:
         )
         self.thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], tick: Callable[[], None] | None = None) -> T:
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
+            if tick is not None:
+                while not concurrent.futures.wait([future], timeout=TICK_EVERY).done:
+                    tick()
             return future.result()
         except BaseException:
             # Ctrl-C in the caller's thread: the decisions still running on the loop are
@@ -78,13 +82,23 @@ _loop_thread: _LoopThread | None = None
 _loop_lock = threading.Lock()
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion on Vivarium's background event loop."""
+TICK_EVERY = 0.05
+"""Seconds between two ``tick`` calls of a caller waiting in ``run_async``."""
+
+
+def run_async(coro: Coroutine[Any, Any, T], tick: Callable[[], None] | None = None) -> T:
+    """Run a coroutine to completion on Vivarium's background event loop.
+
+    Args:
+        coro: What to run.
+        tick: Called on the caller's thread every ``TICK_EVERY`` seconds while it waits (the
+            step's progress: ``vivarium.engine.step_progress``).
+    """
     global _loop_thread
     with _loop_lock:
         if _loop_thread is None or not _loop_thread.thread.is_alive():
             _loop_thread = _LoopThread()
-    return _loop_thread.run(coro)
+    return _loop_thread.run(coro, tick)
 
 
 _freezes = 0
@@ -222,6 +236,8 @@ class Decider:
         # (agent index, its call records) of every decision of the step under way: what a stop
         # in the middle of the step discards, for the trace's ``interruptions`` table.
         self.pending: list[tuple[int, list[CallRecord]]] = []
+        # Decisions of the ``decide_many`` under way that are in (read by its ``tick``).
+        self.decided = 0
 
     # -- one agent ----------------------------------------------------------------------------
     def _sync_once(self, idx: int, t: int, observation: dict[str, Any]) -> ActionRequest | str:
@@ -307,19 +323,38 @@ class Decider:
         return Decision(None, _failure_reason(errors), list(calls))
 
     # -- many agents --------------------------------------------------------------------------
-    def decide_many(self, t: int, items: Sequence[tuple[int, dict[str, Any]]]) -> list[Decision]:
-        """Decisions for (agent index, observation) pairs, returned in the order given."""
+    def decide_many(
+        self,
+        t: int,
+        items: Sequence[tuple[int, dict[str, Any]]],
+        tick: Callable[[], None] | None = None,
+    ) -> list[Decision]:
+        """Decisions for (agent index, observation) pairs, returned in the order given.
+
+        ``tick`` is called on this thread while they are made, now and then (``run_async``);
+        ``decided`` says how many are in.
+        """
+        self.decided = 0
         if not self.any_async:
-            return [self.decide_sync(idx, t, obs) for idx, obs in items]
-        return run_async(self._gather(t, items))
+            out = []
+            for idx, obs in items:
+                out.append(self.decide_sync(idx, t, obs))
+                self.decided += 1
+                if tick is not None:
+                    tick()
+            return out
+        return run_async(self._gather(t, items), tick)
 
     async def _gather(self, t: int, items: Sequence[tuple[int, dict[str, Any]]]) -> list[Decision]:
         gate = asyncio.Semaphore(self.max_concurrency)
 
         async def one(idx: int, obs: dict[str, Any]) -> Decision:
             if self.is_async[idx]:
-                return await self._decide_async(idx, t, obs, gate)
-            return self.decide_sync(idx, t, obs)
+                decision = await self._decide_async(idx, t, obs, gate)
+            else:
+                decision = self.decide_sync(idx, t, obs)
+            self.decided += 1  # on the loop's thread only: read by the caller's tick
+            return decision
 
         # Start decisions one at a time, yielding after each so that it runs to its first wait
         # (its request is on the wire) before the next agent's prompt is built. Started all at

@@ -41,6 +41,7 @@ from vivarium.engine.interrupts import interrupts_deferred
 from vivarium.engine.lean import lean_eligible, step_lean
 from vivarium.engine.reporters import REPORTERS_META_KEY, Reporters, check_resumed
 from vivarium.engine.rows import DecisionRows
+from vivarium.engine.step_progress import StepProgress
 from vivarium.errors import ConfigError, ResumeDiverged, RunInterrupted
 from vivarium.policies.base import AgentPolicy, BatchDecider, policy_name, policy_seed
 from vivarium.seeding import agent_sort_key, canonical_json, derive_seed
@@ -177,6 +178,7 @@ class WorldEngine:
         self._batch_checked = False
         self._world_batch_actions: frozenset[str] = frozenset()
         self._run_started = False
+        self._bar: Any | None = None  # the run's progress bar, while ``run`` runs
         # The one writer of decision rows, whichever path decides a step (engine.rows).
         self.rows = DecisionRows(self.agent_ids, world)
         self._stateful = [c.uses_agent_state for c in self.capabilities]
@@ -305,6 +307,7 @@ class WorldEngine:
 
         decider, rows = self.decider, self.rows
         if self._lean:
+            progress = StepProgress(self._bar, t, len(order))
             step_lean(
                 t,
                 order,
@@ -317,19 +320,26 @@ class WorldEngine:
                 stateful=self._stateful,
                 pending=decider.pending,
                 commit=self._commit,
+                progress=None if self._bar is None else progress,
             )
+            progress.close()
         elif self.config.scheduling == "sequential":
-            for idx in order:
-                if (barred := self._barred(idx)) is not None:
+            progress = StepProgress(self._bar, t, len(order))
+            for done, idx in enumerate(order, start=1):
+                if (barred := self._barred(idx)) is None:
+                    decision = decider.decide_sync(idx, t, self._observe(idx, t))
+                    self._commit(idx, t, decision, rows)
+                else:
                     rows.barred(idx, barred)
-                    continue
-                self._commit(idx, t, decider.decide_sync(idx, t, self._observe(idx, t)), rows)
+                progress(done)
+            progress.close()
         else:
             bars = {idx: barred for idx in order if (barred := self._barred(idx)) is not None}
             items = [(idx, self._observe(idx, t)) for idx in order if idx not in bars]
-            decided = dict(
-                zip([idx for idx, _ in items], decider.decide_many(t, items), strict=True)
-            )
+            progress = StepProgress(self._bar, t, len(items))
+            decisions = decider.decide_many(t, items, lambda: progress(decider.decided))
+            progress.close()
+            decided = dict(zip([idx for idx, _ in items], decisions, strict=True))
             for idx in order:
                 if idx in bars:
                     rows.barred(idx, bars[idx])
@@ -552,12 +562,16 @@ class WorldEngine:
         with self._finishing(finish), older_objects_frozen(self.decider.any_async):
             # Inside: a Ctrl-C just after the run record is committed still records its end.
             self._ensure_run_recorded(self.next_step + steps)
-            for _ in range(steps):
-                record = self.step()
-                if progress is not None:
-                    progress.update(1)
-                if on_step is not None:
-                    on_step(record.step, record)
+            self._bar = progress  # a long step says its decisions on it (``StepProgress``)
+            try:
+                for _ in range(steps):
+                    record = self.step()
+                    if progress is not None:
+                        progress.update(1)
+                    if on_step is not None:
+                        on_step(record.step, record)
+            finally:
+                self._bar = None
         return self.state_hash
 
     def run_autonomous(

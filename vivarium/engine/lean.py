@@ -73,6 +73,7 @@ def step_lean(
     stateful: Sequence[bool],
     pending: list[tuple[int, list[CallRecord]]],
     commit: Commit,
+    progress: Callable[[int], None] | None = None,
 ) -> None:
     """Decide, apply and record every agent of ``order`` at step ``t``, in that order.
 
@@ -90,6 +91,7 @@ def step_lean(
         stateful: Per agent, whether its observation carries its agent state.
         pending: The step's decisions with call records (what a stop discards).
         commit: The engine's commit, for a decision that needs more than ``rows.act``.
+        progress: Told how many decisions are in after each (``StepProgress``), if given.
     """
     calls, token = start_collecting()
     seen = _occurrences.get()
@@ -102,7 +104,9 @@ def step_lean(
         commit(idx, t, decision, rows)
 
     try:
-        for idx in order:
+        for done, idx in enumerate(order, start=1):
+            if progress is not None and done > 1:
+                progress(done - 1)
             # Each decision starts with no call records and no request counts, as a fresh
             # ``start_collecting`` would give it (a world's own calls in ``apply`` are dropped).
             if calls:
