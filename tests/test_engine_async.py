@@ -7,6 +7,7 @@ import gc
 from pathlib import Path
 from typing import Any
 
+from tests.support.requests import post
 from vivarium import ActionRequest, Run, TraceDb, WorldEngine, WorldEngineConfig
 from vivarium.gateways.base import CallRecord, record_call
 from vivarium.worlds import InMemoryChannel
@@ -34,13 +35,7 @@ class SlowPoster:
         await asyncio.sleep(self.delay)
         self.in_flight[0] -= 1
         self.finished.append(agent_id)
-        return ActionRequest(
-            run_id=run_id,
-            time_step=time_step,
-            agent_id=agent_id,
-            action_name="post_message",
-            arguments={"content": f"{agent_id} at {time_step}"},
-        )
+        return post(run_id, time_step, agent_id)
 
 
 def run_engine(db: Path, agents: dict[str, Any], steps: int, **config: Any) -> Run:

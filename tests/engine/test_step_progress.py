@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.requests import post
 from vivarium import ActionRequest, Run, TraceDb, WorldEngine, WorldEngineConfig
 from vivarium.engine import deciding, step_progress
 from vivarium.worlds import InMemoryChannel
@@ -45,18 +46,9 @@ class Sleeper:
     def __init__(self, delay: float) -> None:
         self.delay = delay
 
-    def _request(self, run_id: str, time_step: int, agent_id: str) -> ActionRequest:
-        return ActionRequest(
-            run_id=run_id,
-            time_step=time_step,
-            agent_id=agent_id,
-            action_name="post_message",
-            arguments={"content": f"{agent_id} at {time_step}"},
-        )
-
     def decide(self, *, run_id: str, time_step: int, agent_id: str, observation: Any) -> Any:
         time.sleep(self.delay)
-        return self._request(run_id, time_step, agent_id)
+        return post(run_id, time_step, agent_id)
 
 
 class AsyncSleeper(Sleeper):
@@ -64,7 +56,7 @@ class AsyncSleeper(Sleeper):
         self, *, run_id: str, time_step: int, agent_id: str, observation: Any
     ) -> ActionRequest:
         await asyncio.sleep(self.delay)
-        return self._request(run_id, time_step, agent_id)
+        return post(run_id, time_step, agent_id)
 
 
 def _run(db: Path, policy: type[Sleeper], bar: Bar | None, scheduling: str, n: int = 40) -> Run:
