@@ -99,3 +99,20 @@ def test_a_quick_step_never_touches_the_bar(tmp_path: Path) -> None:
     bar = Bar()
     _run(tmp_path / "quick.sqlite", AsyncSleeper, bar, "simultaneous", n=3)
     assert bar.said == [] and bar.updates == 2
+
+
+class BrokenBar(Bar):
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        super().set_postfix_str(text, refresh)
+        raise RuntimeError("the widget is gone")
+
+
+def test_a_bar_that_fails_to_say_stops_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(step_progress.StepProgress, "EVERY", 0.005)
+    monkeypatch.setattr(deciding, "TICK_EVERY", 0.005)
+    bar = BrokenBar()
+    run = _run(tmp_path / "broken.sqlite", AsyncSleeper, bar, "simultaneous")
+    assert len(run.actions) == 80 and bar.updates == 2
+    assert len(bar.said) == 2  # tried once a step, then left alone

@@ -45,10 +45,17 @@ class StepProgress:
             return
         self._next = now + self.EVERY
         self.said = True
-        self._say(f"step {self.step}: {done:,}/{self.total:,} decisions")
+        self._try(f"step {self.step}: {done:,}/{self.total:,} decisions")
 
     def close(self) -> None:
         """The step is over: clear what was said (the bar goes on counting steps)."""
         if self.said and self._say is not None:
-            self._say("", refresh=False)
+            self._try("", refresh=False)
             self.said = False
+
+    def _try(self, text: str, **options: Any) -> None:
+        """Say ``text``; a bar that fails to is left alone from then on (the run goes on)."""
+        try:
+            self._say(text, **options)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - a display's failure is no failure of the run
+            self._say = None
