@@ -160,6 +160,22 @@ def test_seeded_keys_match_cpython_seeding(agents: int) -> None:
         seeded_keys([*seeds[:3], -1])
 
 
+def test_seeding_in_chunks_is_seeding_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunk edges change nothing: 450 seeds in chunks of 7 (a last, shorter one included)."""
+    from vivarium.policies import random as module
+
+    seeds = [0, 1, 2**32 - 1, 2**32, 2**64 - 1] + [
+        stable_agent_seed(3, f"agent_{i:03d}") for i in range(445)
+    ]
+    monkeypatch.setattr(module, "SEED_CHUNK", 7)
+    keys = [list(random.Random(seed).getstate()[1][:624]) for seed in seeds]
+    assert module.seeded_keys_vectorised(seeds).tolist() == keys
+    for seed, block in zip(seeds, module.first_blocks(seeds).tolist(), strict=True):
+        made, own = random.Random(), random.Random(seed)
+        made.setstate((3, (*block, 0), None))
+        assert made.getrandbits(32 * 700) == own.getrandbits(32 * 700)
+
+
 @settings(max_examples=40, deadline=None)
 @given(seeds=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=5))
 def test_first_blocks_draw_what_cpython_draws(seeds: list[int]) -> None:
