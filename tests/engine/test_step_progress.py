@@ -95,7 +95,11 @@ def test_a_long_step_says_its_decisions_from_the_runs_thread(
     assert run.actions.drop(columns="run_id").equals(plain.actions.drop(columns="run_id"))
 
 
-def test_a_quick_step_never_touches_the_bar(tmp_path: Path) -> None:
+def test_a_quick_step_never_touches_the_bar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Quick: shorter than EVERY, here a minute (a loaded machine may stall a step for long).
+    monkeypatch.setattr(step_progress.StepProgress, "EVERY", 60.0)
     bar = Bar()
     _run(tmp_path / "quick.sqlite", AsyncSleeper, bar, "simultaneous", n=3)
     assert bar.said == [] and bar.updates == 2
