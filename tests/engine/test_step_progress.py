@@ -120,3 +120,22 @@ def test_a_bar_that_fails_to_say_stops_nothing(
     run = _run(tmp_path / "broken.sqlite", AsyncSleeper, bar, "simultaneous")
     assert len(run.actions) == 80 and bar.updates == 2
     assert len(bar.said) == 2  # tried once a step, then left alone
+
+
+def test_a_run_without_a_bar_waits_for_its_decisions_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No bar: no tick is handed down (``run_async`` waits on the result, not in slices)."""
+    ticks: list[object] = []
+    run_async = deciding.run_async
+
+    def recorded(coro: Any, tick: Any = None) -> Any:
+        ticks.append(tick)
+        return run_async(coro, tick)
+
+    monkeypatch.setattr(deciding, "run_async", recorded)
+    _run(tmp_path / "plain.sqlite", AsyncSleeper, None, "simultaneous")
+    assert ticks == [None, None]  # one wait a step
+    ticks.clear()
+    _run(tmp_path / "bar.sqlite", AsyncSleeper, Bar(), "simultaneous")
+    assert len(ticks) == 2 and all(callable(t) for t in ticks)

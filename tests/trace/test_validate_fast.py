@@ -146,3 +146,62 @@ def test_a_trace_sqlite_cannot_read_as_json_says_each_problem_once(tmp_path: Pat
     assert len(report.problems) == len(set(report.problems)), report.problems
     assert "step 1: decisions are not numbered 0..n-1 in commit order" in report.problems
     assert any(p.startswith("step 1: state hash") for p in report.problems), report.problems
+
+
+_CELL = st.one_of(
+    st.none(),
+    st.integers(-2, 2),
+    st.integers(-(2**63), 2**63 - 1),
+    st.sampled_from(["", "null", "0", "1", "[null]", '"x"', "noop"]),
+    TEXT,
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.binary(max_size=3),
+)
+_COLUMNS = (
+    "agent_idx",
+    "action",
+    "arguments",
+    "reasoning",
+    "metadata",
+    "success",
+    "fallback",
+    "result",
+    "error",
+)
+
+
+@pytest.fixture(scope="module")
+def said(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _trace(tmp_path_factory.mktemp("said"), ["a\u2028b", "tab\there", 'q"uote'])
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(column=st.sampled_from(_COLUMNS), row=st.integers(0, 11), value=_CELL)
+def test_the_fast_verdict_is_the_exact_one_whatever_one_cell_holds(
+    said: Path, tmp_path: Path, column: str, row: int, value: Any
+) -> None:
+    """SQLite's arrays, the shapes told from them and the meta check asked of the rows give
+    the report the writer's own encoding of every row gives, for any value in any cell."""
+    path = tmp_path / "edited.sqlite"
+    path.write_bytes(said.read_bytes())
+    con = sqlite3.connect(path)
+    try:
+        with con:
+            con.execute(
+                f"UPDATE decisions SET {column} = ? WHERE id = ?",  # noqa: S608
+                (value, ((row // 3) << SEQ_BITS) | (row % 3)),
+            )
+    except sqlite3.IntegrityError:  # a NOT NULL column: no trace can hold it
+        return
+    finally:
+        con.close()
+    fast = validate_trace(path).lines()
+    exact_decisions = validate._decisions
+    try:
+        validate._decisions = lambda con, report, live: validate._decisions_in_python(con, report)
+        exact = validate_trace(path).lines()
+    finally:
+        validate._decisions = exact_decisions
+    assert fast == exact

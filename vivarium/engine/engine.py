@@ -320,7 +320,7 @@ class WorldEngine:
                 stateful=self._stateful,
                 pending=decider.pending,
                 commit=self._commit,
-                progress=None if self._bar is None else progress,
+                progress=progress if progress.active else None,
             )
             progress.close()
         elif self.config.scheduling == "sequential":
@@ -337,7 +337,8 @@ class WorldEngine:
             bars = {idx: barred for idx in order if (barred := self._barred(idx)) is not None}
             items = [(idx, self._observe(idx, t)) for idx in order if idx not in bars]
             progress = StepProgress(self._bar, t, len(items))
-            decisions = decider.decide_many(t, items, lambda: progress(decider.decided))
+            tick = (lambda: progress(decider.decided)) if progress.active else None
+            decisions = decider.decide_many(t, items, tick)
             progress.close()
             decided = dict(zip([idx for idx, _ in items], decisions, strict=True))
             for idx in order:

@@ -35,6 +35,7 @@ class StepProgress:
     def __init__(self, bar: Any, step: int, total: int) -> None:
         """Start timing the step (nothing is said yet)."""
         self._say = getattr(bar, "set_postfix_str", None)
+        self.active = self._say is not None  # no bar to say on: the caller need not tell
         self.step, self.total = step, total
         self._next = time.monotonic() + self.EVERY
         self.said = False

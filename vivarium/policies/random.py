@@ -268,10 +268,9 @@ def first_blocks(seeds: Sequence[int]) -> np.ndarray:
     A freshly seeded generator is its key at position 624: its first read twists the key into
     this block and reads it from 0, so (block, 0) draws exactly what (key, 624) draws. Below
     ``SEED_ONE_BY_ONE_BELOW`` seeds CPython makes each block's words itself (``getrandbits``,
-    tempered, in C: about 13 us a seed), untempered here for all at once; above, the keys are
-    made (CPython's ``init_by_array``, as ``seeded_keys_vectorised`` makes them) and twisted
-    ``SEED_CHUNK`` seeds at a time, so that no step of it holds more than a chunk's
-    temporaries, however many agents.
+    tempered, in C), untempered here for all at once; above, CPython's seeding recurrences
+    (``_init_by_array``) run ``SEED_CHUNK`` seeds at a time and each chunk is twisted at once,
+    so that no step of it holds more than a chunk's temporaries, however many agents.
     """
     import numpy as np
 
@@ -289,8 +288,7 @@ def first_blocks(seeds: Sequence[int]) -> np.ndarray:
     for seed in seeds:
         rng.seed(seed)
         words += rng.getrandbits(32 * _N).to_bytes(4 * _N, "little")  # word 0 lowest
-    tempered = np.frombuffer(bytes(words), dtype="<u4").reshape(len(seeds), _N)
-    return _untemper(tempered.astype(np.uint32))
+    return _untemper(np.frombuffer(words, dtype="<u4").reshape(len(seeds), _N).astype(np.uint32))
 
 
 def _initial_state() -> list[int]:
@@ -303,55 +301,12 @@ def _initial_state() -> list[int]:
 
 
 SEED_ONE_BY_ONE_BELOW = 200
-"""Agents below which CPython seeds each generator faster than the vectorised recurrences:
-those cost about 8 ms whatever the count (1,248 numpy passes), CPython 13 to 40 us a seed
-(``first_blocks``, ``seeded_keys``)."""
-
-
-def seeded_keys(seeds: Sequence[int]) -> np.ndarray:
-    """The Mersenne Twister keys of ``random.Random(seed)`` for many seeds at once.
-
-    Below ``SEED_ONE_BY_ONE_BELOW`` seeds, CPython seeds each (a small run's fixed cost);
-    above, ``seeded_keys_vectorised`` (about 6x faster than one by one at 10,000 agents).
-    Both give the same keys.
-    """
-    import numpy as np
-
-    if len(seeds) >= SEED_ONE_BY_ONE_BELOW:
-        return seeded_keys_vectorised(seeds)  # checks the seeds itself
-    if any(s < 0 or s >> 64 for s in seeds):
-        raise ValueError("seeded_keys takes seeds in [0, 2**64)")
-    keys = np.empty((len(seeds), _N), dtype=np.uint32)
-    for row, seed in enumerate(seeds):
-        keys[row] = random.Random(seed).getstate()[1][:_N]
-    return keys
-
+"""Agents below which CPython makes each first block faster (about 13 us a seed) than the
+vectorised recurrences, which cost about 8 ms whatever the count (1,248 numpy passes)."""
 
 SEED_CHUNK = 4096
 """Seeds whose recurrences run together: their state (624 words each, 10 MB) stays in the
 processor's caches, where all 100,000 of a large run at once (250 MB) would not."""
-
-
-def seeded_keys_vectorised(seeds: Sequence[int]) -> np.ndarray:
-    """``seeded_keys`` by CPython's recurrences run over many seeds at once.
-
-    CPython seeds with ``init_by_array`` over the seed's 32-bit words (little end first); here
-    the same recurrences run over ``SEED_CHUNK`` seeds at a time (one row of the state per
-    index, seeds along the row), in 32-bit words: numpy's unsigned arithmetic wraps as the
-    C code's does, so no mask is needed and the state takes half the memory. Time and memory
-    grow with the seeds and no faster (about 5 us a seed).
-    """
-    import numpy as np
-
-    n = len(seeds)
-    if any(s < 0 or s >> 64 for s in seeds):
-        raise ValueError("seeded_keys takes seeds in [0, 2**64)")
-    low, high = _seed_words(seeds)
-    keys = np.empty((n, _N), dtype=np.uint32)
-    for start in range(0, n, SEED_CHUNK):
-        part = slice(start, start + SEED_CHUNK)
-        keys[part] = _init_by_array(low[part], high[part]).T
-    return keys
 
 
 def _seed_words(seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -365,7 +320,12 @@ def _seed_words(seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _init_by_array(low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """CPython's ``init_by_array`` for keys of one word (``high`` 0) or two: (624, seeds)."""
+    """CPython's ``init_by_array`` for keys of one word (``high`` 0) or two: (624, seeds).
+
+    The recurrences run once over all the seeds (one row of the state per index, seeds along
+    the row), in 32-bit words: numpy's unsigned arithmetic wraps as the C code's does, so no
+    mask is needed. CPython seeds with the seed's 32-bit words, little end first.
+    """
     import numpy as np
 
     two_words = high > 0

@@ -181,7 +181,6 @@ def _decisions(con: sqlite3.Connection, report: ValidationReport, live: bool) ->
     counts: dict[int, int] = {}
     filled: set[str] = set()
     shapes = _Shapes()
-    *columns_named, _fallback = ACTION_COLUMNS
     for step, n, first, last, *arrays in rows:
         if (first, last) != (0, n - 1):  # ids are unique: n places from 0 to n-1 are 0..n-1
             _corrupt(report, f"step {step}: decisions are not numbered 0..n-1 in commit order")
