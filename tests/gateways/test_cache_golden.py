@@ -24,6 +24,7 @@ from vivarium.gateways import request_key as keys
 from vivarium.gateways.base import LLMRequest
 from vivarium.gateways.cache import CacheMissError, CachingGateway, Cassette, CassetteError
 from vivarium.gateways.mock import MockLLMGateway
+from vivarium.trace.schema import SCHEMA_VERSION
 
 MANIFEST = g.load_manifest()
 CASSETTES: dict[str, dict[str, Any]] = MANIFEST["cassettes"]
@@ -104,7 +105,9 @@ def test_a_later_key_version_replays_the_golden_cassette_with_its_own_key(
 ) -> None:
     cassettes = tmp_path / "cassettes"
     unpacked(g.MOCK_CASSETTE, cassettes)
-    golden = g.unpack(MANIFEST["traces"]["schema3/channel_cognitive_cassette"]["file"], tmp_path)
+    golden = g.unpack(
+        MANIFEST["traces"][f"schema{SCHEMA_VERSION}/channel_cognitive_cassette"]["file"], tmp_path
+    )
     made = tmp_path / "made.sqlite"
     make = KINDS["channel_cognitive_cassette"].make
     assert make is not None

@@ -78,6 +78,17 @@ def test_every_prompt_and_reply_is_stored_as_exchanged(transport: str, tmp_path:
         assert f"Current step: {row['step']}." in user["content"]
 
 
+def message_parts(message: dict[str, Any]) -> list[str]:
+    """The texts a message is stored as: whole, or (several lines) its other fields and lines."""
+    content = message.get("content")
+    if not isinstance(content, str) or "\n" not in content:
+        return [canonical_json(message)]
+    rest = {k: v for k, v in message.items() if k != "content"}
+    return [canonical_json(rest)] + [
+        json.dumps(line, ensure_ascii=False) for line in content.split("\n")
+    ]
+
+
 def test_shared_texts_are_stored_once(tmp_path: Path) -> None:
     path = tmp_path / "trace.sqlite"
     with FakeOpenAIServer() as server:
@@ -85,11 +96,13 @@ def test_shared_texts_are_stored_once(tmp_path: Path) -> None:
     # Every distinct text of the exchanges, counted on the server's side.
     texts = set()
     for body, (_, reply) in zip(server.requests, server_side(server), strict=True):
-        texts.update(canonical_json(m) for m in body["messages"])
+        for message in body["messages"]:
+            texts.update(message_parts(message))
         texts.add(canonical_json(body["tools"]))
         texts.add(reply)
     systems = {canonical_json(b["messages"][0]) for b in server.requests}
     assert len(systems) == 1  # one system prompt for all agents, sent at every step
+    assert all("\n" not in json.loads(s)["content"] for s in systems)  # stored whole
     with sqlite3.connect(path) as con:
         assert con.execute("SELECT count(*) FROM llm_texts").fetchone()[0] == len(texts)
         bodies = [b for (b,) in con.execute("SELECT body FROM llm_texts")]

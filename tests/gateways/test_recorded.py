@@ -78,7 +78,7 @@ def as_stored(records: list[CallRecord]) -> list[CallRow]:
     for record in records:
         fields = record.row(0)
         _, tools, params, reply = encode_exchange(record.request, record.reply, store)
-        texts = {i: json.loads(body) for i, _, body in store.pending}
+        texts = {row[0]: json.loads(row[-1]) for row in store.pending}
         rows.append(
             CallRow(
                 *fields[1:11],

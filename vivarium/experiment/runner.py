@@ -374,7 +374,7 @@ def unfinished_steps(path: Path, config: ExperimentConfig) -> int | None:
     """The steps committed by an unfinished trace of this very run at ``path``, if a resume can go on.
 
     That is a trace of this run id (same config, same code, same values it reads), made by
-    this package code, of the current schema, not complete, and no process writing it (the
+    this package code, of a schema a resume continues, not complete, and no process writing it (the
     caller checked: ``check_new_trace_path``). Anything else (no file, another run, an older
     schema or package) is not resumed: a run there starts over, as before. One that stopped
     before its first step resumes too (from step 0): its stop stays on record.
@@ -389,10 +389,10 @@ def unfinished_steps(path: Path, config: ExperimentConfig) -> int | None:
     from vivarium.experiment.identity import CODE_META_KEY, package_code_digest
     from vivarium.seeding import canonical_json
     from vivarium.trace.db import TraceDb, read_meta, schema_version
-    from vivarium.trace.schema import SCHEMA_VERSION
+    from vivarium.trace.schema import RESUMABLE_VERSIONS
 
     try:
-        if not path.is_file() or schema_version(path) < SCHEMA_VERSION:
+        if not path.is_file() or schema_version(path) not in RESUMABLE_VERSIONS:
             return None
         con = TraceDb.connect_readonly(path)
         try:

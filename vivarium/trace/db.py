@@ -43,6 +43,7 @@ from vivarium.trace.schema import (
     DDL,
     LLM_CALLS,
     REPORTER_TABLES,
+    RESUMABLE_VERSIONS,
     SCHEMA_VERSION,
     SEQ_BITS,
     STEPS,
@@ -62,7 +63,6 @@ def _insert(table: Table) -> str:
 
 
 _INSERT_LLM_CALL = _insert(LLM_CALLS)
-_INSERT_LLM_TEXT = "INSERT INTO llm_texts VALUES (?, ?, ?)"
 _INSERT_TRANSITION = _insert(TRANSITIONS)
 _INSERT_STEP = f"INSERT OR REPLACE INTO steps VALUES ({', '.join('?' * len(STEPS.columns))})"
 # What a CallRecord row gives before its request and reply: every column but the row id, the
@@ -623,7 +623,7 @@ class TraceDb:
         self._reporter_tables = False  # whether this writer has made the reporter tables
         if not _resume:
             self._prepare_new(overwrite)
-        elif (version := schema_version(self.path)) < SCHEMA_VERSION:
+        elif (version := schema_version(self.path)) not in RESUMABLE_VERSIONS:
             raise TraceError(
                 f"{self.path} uses trace schema {version}, which this version reads but cannot "
                 f"continue (it writes schema {SCHEMA_VERSION}); run it again instead of resuming"
@@ -634,7 +634,11 @@ class TraceDb:
         self._filled_committed = set(self._filled)  # what the file's meta says
         self._columns = ColumnInserter()  # the writer connection's batch-step inserts
         # The LLM texts the file holds already (a resume's calls refer to them, not to copies).
-        self._texts = TextStore(_known_texts(self.path) if _resume else ())
+        self._texts = (
+            TextStore(_known_texts(self.path), schema_version(self.path))
+            if _resume
+            else TextStore()
+        )
         self._writer = _Writer(self.path, create=not _resume, max_pages=max_pages)
         self._writer.on_rollback = self._forget_tables
         self._writer.on_commit = self._remember_filled
@@ -834,7 +838,7 @@ class TraceDb:
                     [(step, seq, step, seq, a, ch, text) for seq, a, ch, text in record.messages],
                 )
             if texts:
-                con.executemany(_INSERT_LLM_TEXT, texts)
+                con.executemany(self._texts.insert_sql, texts)
             if calls:
                 con.executemany(_INSERT_LLM_CALL, calls)
             if record.transitions:

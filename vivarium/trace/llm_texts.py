@@ -3,8 +3,17 @@
 Every call of a 1,000-agent run sends the same system prompt and tool specs; stored whole per
 call they would outweigh everything else in the file. So a request is split into its parts
 (each message, the tools list, the other parameters) and every text is kept once in
-``llm_texts``, under the SHA-256 of its canonical JSON; a call row refers to its texts by id
-(``llm_calls.messages``, ``tools``, ``reply``) and keeps the small rest (``params``) inline.
+``llm_texts``, as canonical JSON; a call row refers to its texts by id (``llm_calls.messages``,
+``tools``, ``reply``) and keeps the small rest (``params``) inline.
+
+A prompt is mostly lines other prompts have too: the step, the recent messages every agent of
+the step sees, the instructions; only a line or two (the agent's name, its own memory) is its
+own. So from schema 4 a message whose content has several lines is stored as its lines: its
+entry in ``llm_calls.messages`` is ``[fields, line, line, ...]``, the id of the message without
+its content (``{"role":"user"}``, shared by every call) and then the id of each line of the
+content (a JSON string), which joined by newlines give the content back exactly. A message of
+one line (or whose content is not a string) is one id, as in schema 3. A call then adds to the
+file only the lines no call had before, and its reply.
 
 ``TextStore`` hands out the ids while a run writes (it belongs to the trace writer, and knows
 the texts a resumed trace has already); ``read_exchanges`` puts calls back together.
@@ -20,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vivarium.trace.onefile import read_connection
+from vivarium.trace.schema import SCHEMA_VERSION
 
 # The request fields stored as texts of their own; every other field goes to ``params``.
 _SPLIT = ("messages", "tools")
@@ -29,6 +39,8 @@ _SPLIT = ("messages", "tools")
 _canonical = json.JSONEncoder(
     sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
 ).encode
+LINES_SINCE = 4
+"""The first schema version that stores a message of several lines as its lines."""
 
 
 class TextStore:
@@ -36,13 +48,25 @@ class TextStore:
 
     Args:
         known: ``(digest, id)`` of texts the file has already (a resumed trace).
+        version: The schema version of the file written: a resumed file of schema 3 goes on in
+            its own encoding (whole messages, a digest beside each text).
     """
 
-    def __init__(self, known: Iterable[tuple[str, int]] = ()) -> None:
+    def __init__(
+        self, known: Iterable[tuple[str, int]] = (), version: int = SCHEMA_VERSION
+    ) -> None:
         """Start from the texts the file holds already (none for a new trace)."""
         self._ids: dict[str, int] = dict(known)
         self._next = max(self._ids.values(), default=0) + 1
-        self.pending: list[tuple[int, str, str]] = []  # (id, digest, body) not yet written
+        self.lines = version >= LINES_SINCE
+        self.insert_sql = (
+            "INSERT INTO llm_texts VALUES (?, ?)"
+            if self.lines
+            else "INSERT INTO llm_texts VALUES (?, ?, ?)"
+        )
+        # ``llm_calls.messages`` as written: compact from schema 4 ("[1,[2,3]]"), as before it.
+        self.separators = (",", ":") if self.lines else (", ", ": ")
+        self.pending: list[tuple[Any, ...]] = []  # rows of llm_texts not yet written
 
     def ref(self, body: str) -> int:
         """The id of ``body``, a new one (queued in ``pending``) if the trace lacks it."""
@@ -52,10 +76,20 @@ class TextStore:
             return found
         self._ids[digest] = found = self._next
         self._next += 1
-        self.pending.append((found, digest, body))
+        self.pending.append((found, body) if self.lines else (found, digest, body))
         return found
 
-    def take(self) -> list[tuple[int, str, str]]:
+    def message(self, message: Mapping[str, Any]) -> int | list[int]:
+        """A message's entry in ``llm_calls.messages``: its id, or its fields' and lines' ids."""
+        content = message.get("content")
+        if not self.lines or not isinstance(content, str) or "\n" not in content:
+            return self.ref(_canonical(message))
+        fields = {k: v for k, v in message.items() if k != "content"}
+        return [self.ref(_canonical(fields))] + [
+            self.ref(_canonical(line)) for line in content.split("\n")
+        ]
+
+    def take(self) -> list[tuple[Any, ...]]:
         """The new texts since the last call (written with the step that first used them)."""
         pending, self.pending = self.pending, []
         return pending
@@ -78,7 +112,8 @@ def encode_exchange(
     if request is not None:
         sent = request.get("messages")
         if sent is not None:
-            messages = json.dumps([store.ref(_canonical(m)) for m in sent])
+            entries = [store.message(m) for m in sent]
+            messages = json.dumps(entries, separators=store.separators)
         if request.get("tools") is not None:
             tools = store.ref(_canonical(request["tools"]))
         rest = {k: v for k, v in request.items() if k not in _SPLIT}
@@ -89,9 +124,16 @@ def encode_exchange(
 
 
 def known_texts(con: sqlite3.Connection) -> list[tuple[str, int]]:
-    """``(digest, id)`` of every text a trace holds (for a resumed run's ``TextStore``)."""
+    """``(digest, id)`` of every text a trace holds (for a resumed run's ``TextStore``).
+
+    Schema 3 kept each text's digest beside it; from schema 4 the texts are hashed again here.
+    """
     try:
-        return [(d, i) for i, d in con.execute("SELECT id, digest FROM llm_texts")]
+        columns = {row[1] for row in con.execute("PRAGMA table_info(llm_texts)")}
+        if "digest" in columns:
+            return [(d, i) for i, d in con.execute("SELECT id, digest FROM llm_texts")]
+        rows = con.execute("SELECT id, body FROM llm_texts")
+        return [(hashlib.sha256(body.encode()).hexdigest(), i) for i, body in rows]
     except sqlite3.OperationalError:  # a trace of schema 2 or before: no texts
         return []
 
@@ -124,7 +166,8 @@ def read_exchanges(
         rows = con.execute(query + " ORDER BY id").fetchall()
         needed: set[int] = set()
         for _, messages, tools, _, reply in rows:
-            needed.update(json.loads(messages) if messages else ())
+            for entry in json.loads(messages) if messages else ():
+                needed.update(entry if isinstance(entry, list) else (entry,))
             needed.update(i for i in (tools, reply) if i is not None)
         texts = _texts(con, needed)
     finally:
@@ -135,11 +178,20 @@ def read_exchanges(
         if messages is not None or tools is not None or params is not None:
             request = json.loads(params) if params else {}
             if messages is not None:
-                request["messages"] = [texts[i] for i in json.loads(messages)]
+                request["messages"] = [_message(e, texts) for e in json.loads(messages)]
             if tools is not None:
                 request["tools"] = texts[tools]
         out[call_id] = {"request": request, "reply": None if reply is None else texts[reply]}
     return out
+
+
+def _message(entry: int | list[int], texts: Mapping[int, Any]) -> Any:
+    """A message from its entry in ``llm_calls.messages`` (an id, or fields and lines)."""
+    if not isinstance(entry, list):
+        return texts[entry]
+    fields, *lines = entry
+    message = {**texts[fields], "content": "\n".join(texts[i] for i in lines)}
+    return dict(sorted(message.items()))  # as a message stored whole reads back: sorted keys
 
 
 def _texts(con: sqlite3.Connection, ids: set[int]) -> dict[int, Any]:

@@ -51,14 +51,24 @@ APPLICATION_ID = 0x56495652  # "VIVR"
 # attempt's request and reply (their texts stored once each, in ``llm_texts``);
 # ``transitions.reason`` keeps the reason a model gave. Traces of schemas 1 and 2 are read as
 # they are (their decisions from the steps' arrays); they cannot be resumed by this version.
-SCHEMA_VERSION = 3
+# 4: a message of several lines is stored as its lines (``llm_calls.messages`` holds
+# ``[fields, line, line, ...]`` for it, see ``vivarium.trace.llm_texts``): the lines a thousand
+# prompts share (the step, the recent messages, the instructions) take their space once, and a
+# call adds only its own lines and its reply. ``llm_texts`` keeps no digest column (the writer
+# knows its texts by their hash in memory; a resume hashes them again). Traces of schema 3 are
+# read, and resumed in their own encoding.
+SCHEMA_VERSION = 4
 
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 """Every trace schema version this Vivarium validates, reads and exports: each one ever written.
 
 A new ``SCHEMA_VERSION`` is added here and none is ever removed; each has golden traces under
-``tests/golden`` that the tests read (only ``SCHEMA_VERSION`` itself is resumed).
+``tests/golden`` that the tests read (only ``RESUMABLE_VERSIONS`` are resumed).
 """
+
+RESUMABLE_VERSIONS = (3, 4)
+"""The schema versions a resume continues, each in its own format (a run started before an
+upgrade finishes as the file it began). Older files are read, never continued."""
 
 # Row ids are derived from (step, seq): a resumed run rewrites exactly the rows it replaces.
 SEQ_BITS = 24
@@ -84,6 +94,7 @@ class Column:
         kind: How the frames read it; None leaves it out of the table's frame.
         doc: What it holds.
         since: The schema version that added it: a file of an older version lacks it.
+        until: The last schema version that had it (None: it is still written).
     """
 
     name: str
@@ -91,6 +102,11 @@ class Column:
     kind: Kind | None
     doc: str
     since: int = 1
+    until: int | None = None
+
+    def in_version(self, version: int) -> bool:
+        """Whether a file of schema ``version`` has the column."""
+        return self.since <= version and (self.until is None or version <= self.until)
 
     @property
     def frame_name(self) -> str:
@@ -115,8 +131,8 @@ class Table:
 
     @property
     def columns(self) -> tuple[Column, ...]:
-        """Every column, in file order."""
-        return tuple(column for block in self.blocks for column in block)
+        """Every column this version writes, in file order."""
+        return tuple(c for block in self.blocks for c in block if c.in_version(SCHEMA_VERSION))
 
     @property
     def frame_columns(self) -> tuple[Column, ...]:
@@ -130,9 +146,8 @@ class Table:
 
     def ddl(self, version: int | None = None) -> str:
         """The ``CREATE TABLE`` statement of the table (as schema ``version`` had it)."""
-        blocks = [
-            [c for c in block if version is None or c.since <= version] for block in self.blocks
-        ]
+        version = SCHEMA_VERSION if version is None else version
+        blocks = [[c for c in block if c.in_version(version)] for block in self.blocks]
         body = ",\n\n".join(
             ",\n".join(f"    {column.name} {column.sql}" for column in block)
             for block in blocks
@@ -293,7 +308,9 @@ LLM_CALLS = _table(
         "messages",
         "TEXT",
         None,
-        "The messages sent, as a JSON array of llm_texts ids, in order.",
+        "The messages sent, in order, as a JSON array: an llm_texts id for a message stored "
+        "whole, [id of its other fields, id of each line of its content] for one of several "
+        "lines (schema 4).",
         since=3,
     ),
     Column("tools", "INTEGER", None, "The tools offered: an llm_texts id (null: none).", 3),
@@ -311,7 +328,7 @@ LLM_TEXTS = _table(
     "llm_texts",
     "One distinct text of the run's LLM calls (a message, a tools list, a reply), stored once.",
     Column("id", "INTEGER PRIMARY KEY", None, "What llm_calls refers to.", since=3),
-    Column("digest", "TEXT NOT NULL UNIQUE", None, "SHA-256 of the body (hex).", since=3),
+    Column("digest", "TEXT NOT NULL UNIQUE", None, "SHA-256 of the body (hex).", 3, until=3),
     Column("body", "TEXT NOT NULL", None, "The text, as canonical JSON (sorted keys).", since=3),
 )
 
@@ -627,7 +644,7 @@ def ddl_of(version: int) -> str:
     for declared in SCHEMA:
         if version < 3 and declared is STEPS:
             statements += [STEPS_V2.ddl(version), actions_view_v2_ddl()]
-        elif all(c.since > version for c in declared.columns):
+        elif not any(c.in_version(version) for block in declared.blocks for c in block):
             continue  # a table that version did not have
         else:
             statements.append(declared.ddl(version))
