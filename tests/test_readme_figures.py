@@ -174,10 +174,16 @@ def test_every_figure_the_readme_cites_names_its_row() -> None:
     assert not _unnamed(readme), f"README figures with no row named in FIGURES: {_unnamed(readme)}"
 
 
+def _cells(results: str, start: str) -> list[str]:
+    """The cells after the first of the row of RESULTS.md that starts with ``start``."""
+    line = next(line for line in results.splitlines() if line.startswith(start))
+    return [cell.strip() for cell in line.strip().strip("|").split("|")][1:]
+
+
 def test_figures_from_other_rows_or_made_up_are_caught() -> None:
-    # The old test's hole: each of these numbers stands somewhere in RESULTS.md (0.60x is
-    # Schelling's steady step, 17.2x the small size's speed-up, 1.29x LangGraph's worst run,
-    # 0.222 the mock model's CPU), so "is it anywhere in the file" passed them all.
+    # The old test's hole: each of these numbers stands somewhere in RESULTS.md (Schelling's
+    # steady step, the small size's speed-up, LangGraph's worst run, the mock model's CPU), so
+    # "is it anywhere in the file" passed them all.
     # The own-model figures are swapped for others of the same table, read from the files as
     # they stand (a rerun of the benchmark changes them all): Schelling's steady-step ratio
     # for its whole-run one, the small size's speed-up for the large one's.
@@ -191,16 +197,23 @@ def test_figures_from_other_rows_or_made_up_are_caught() -> None:
     per_agent = re.findall(r"Schelling per agent takes (\S+)", readme)[0]
     batched = re.findall(r"Mesa's time and batched is (\S+) faster \(\S+ per step once", readme)[0]
     assert steady != per_agent and small != batched
+    # The LLM figures likewise: LangGraph's worst run for its median, the mock model's CPU for
+    # the plain policy's with a direct call.
+    plain, graph = re.findall(r"medians (\S+) and (\S+)\)", readme)[0]
+    cpu_plain, cpu_graph = re.findall(r"at (\S+) and (\S+) ms of CPU a decision", readme)[0]
+    graph_worst = _cells(results, "| direct transport, LangGraph policy |")[1].split(" / ")[2]
+    mock_cpu = _cells(results, "| engine + plain policy (mock model) |")[0].split(" / ")[1]
+    assert graph_worst != graph and mock_cpu != cpu_plain
     swaps = [  # (README words, the same with another row's figure, that figure)
         (f"Schelling per agent takes {per_agent}", f"Schelling per agent takes {steady}", steady),
         (f"batched is {batched} faster", f"batched is {small} faster", small),
-        ("medians 1.21x and 1.27x", "medians 1.21x and 1.29x", "1.29x"),
-        ("at 0.400 and 0.389 ms", "at 0.222 and 0.389 ms", "0.222"),
+        (f"medians {plain} and {graph}", f"medians {plain} and {graph_worst}", graph_worst),
+        (f"at {cpu_plain} and {cpu_graph} ms", f"at {mock_cpu} and {cpu_graph} ms", mock_cpu),
     ]
     for words, invented, figure in swaps:
         assert words in readme and figure in results
         readme = readme.replace(words, invented, 1)
     wrong = [figure.split()[0] for figure in _wrong(readme, results)]
-    assert wrong == [steady, small, "1.29x", "0.222"]
+    assert wrong == [steady, small, graph_worst, mock_cpu]
     added = readme.replace("are met by Schelling", "are met (2.5x) by Schelling")
     assert _unnamed(added) == ["2.5x"]
