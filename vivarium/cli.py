@@ -549,6 +549,19 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return _after_run(args, run, checking)
 
 
+def _cmd_interview(args: argparse.Namespace) -> int:
+    from vivarium.facade import Run
+
+    llm = {k: v for k, v in (("api_base", args.api_base), ("api_key", args.api_key)) if v}
+    asked = Run.open(args.db).interview(
+        args.agent, args.step, args.question, model=args.model, llm=llm or None
+    )
+    print(asked.answer if asked.answer is not None else "(no text in the answer)")
+    where = "the interview log" if asked.replayed else asked.model
+    print(f"vvm interview: {args.agent} at step {args.step}, answered by {where}", file=sys.stderr)
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep: exit 0 when every run is complete, else 1.
 
@@ -794,6 +807,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--on-llm-error", choices=["stop", "fallback"], default=None, help=ON_LLM_ERROR_HELP
     )
     pz.set_defaults(func=_cmd_resume)
+
+    pi = sub.add_parser(
+        "interview",
+        help="ask an LLM agent of a run a question, in the context it had at a step "
+        "(the trace is not written; the exchange is kept beside it)",
+    )
+    pi.add_argument("db", type=Path, help="trace file of the run")
+    pi.add_argument("question", help="what to ask")
+    pi.add_argument("--agent", required=True, help="the agent's id (agent_000, ...)")
+    pi.add_argument("--step", type=_positive("--step", 0), required=True, help="the step")
+    pi.add_argument("--model", default=None, help="the model that answers (default: the run's)")
+    pi.add_argument("--api-base", default=None)
+    pi.add_argument("--api-key", default=None, help="or env VIVARIUM_API_KEY")
+    pi.set_defaults(func=_cmd_interview)
 
     ps = sub.add_parser("sweep", help="run a config over a grid of parameters and seeds")
     ps.add_argument("config", type=Path, help="config file (may hold a `sweep:` section)")

@@ -381,6 +381,42 @@ class Run(TraceRun):
                 self.path, progress=progress, llm=llm, open_run=type(self).open, stacklevel=2
             )
 
+    def interview(
+        self,
+        agent_id: str,
+        step: int,
+        question: str,
+        *,
+        model: str | None = None,
+        llm: dict[str, Any] | None = None,
+    ) -> Any:
+        """Ask ``agent_id`` ``question`` in the context it had at ``step`` of this run.
+
+        The agent's prompt at that step (system prompt, memory, working memory, observation),
+        as the trace recorded it, then its own answer, then the question, through the run's
+        model (or ``model``; ``llm`` overrides settings such as ``api_base``). The trace is
+        not written; the exchange is kept beside it (``<trace>.interviews``), and the same
+        question asked again is answered from there, offline. See
+        ``vivarium.experiment.interview``.
+
+        Returns:
+            An ``Interview``: ``answer``, the ``request`` sent, and whether it was ``replayed``.
+
+        Raises:
+            ConfigError: The agent made no LLM call at ``step``, or the question is empty.
+            TraceError: No such agent.
+        """
+        from vivarium.experiment.interview import interview
+
+        return interview(self, agent_id, step, question, model=model, llm=llm)
+
+    @property
+    def interviews(self) -> Any:
+        """The interviews of this run so far (``interview``), oldest first, as a DataFrame."""
+        from vivarium.experiment.interview import interviews
+
+        return interviews(self.path, self.run_id)
+
     def _check_same_objects(self, given: list[tuple[str, str]]) -> None:
         """Refuse, in one line, objects given to ``resume`` that are not the run's own.
 

@@ -17,6 +17,8 @@ contract, ``experiment-flow`` in ``pyproject.toml``, keeps that order):
 8. ``paths``: where a run's trace goes, never over another run's result.
 9. ``runner``: one config into a trace, or a trace resumed; the engine, the progress bar, the
    one line an outage ends in.
+10. ``interview``: an agent of a finished run asked a question in the context it had at a
+    step, the trace left as it was and the exchange kept beside it.
 
 Under them all, ``digest``: how a piece of code or a value is digested, by value (a config
 records the digest of an option JSON cannot hold, so it sits below ``config``).
