@@ -243,3 +243,30 @@ def test_sweep_keeps_the_config_seed(tmp_path: Path) -> None:
     cli_seeds = sorted(_recorded(p)[0] for p in folder.glob("sw-*.sqlite"))
     assert cli_seeds == sorted(str(s) for s in api.index["seed"])
     assert cli_seeds != sorted(str(s) for s in seeded.index["seed"])
+
+
+def test_no_flag_is_taken_by_an_abbreviation(capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag is taken only as spelled: a prefix of one (another command's ``--agent`` for
+    ``--agents``) is an error, never the longer flag."""
+    import argparse
+
+    from vivarium.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    tried = 0
+    for command, p in sub.choices.items():
+        try:
+            p.parse_args([])
+        except SystemExit:
+            continue  # needs positionals: an error whatever the flags (test_bad_cli covers it)
+        flags = {f for a in p._actions for f in a.option_strings}
+        for flag in sorted(f for f in flags if f.startswith("--") and len(f) > 4):
+            if flag[:-1] in flags:
+                continue
+            with pytest.raises(SystemExit) as info:
+                p.parse_args([flag[:-1], "1"])
+            assert info.value.code == 2, (command, flag[:-1])
+            assert f"unrecognized arguments: {flag[:-1]}" in capsys.readouterr().err
+            tried += 1
+    assert tried > 30

@@ -40,7 +40,7 @@ def test_the_package_holds_the_flow_its_docstring_reads() -> None:
     modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
     flow = _flow_in_docstring()
     assert flow == ["config", "overrides", "sections", "objects", "plan", "build", "identity",
-                    "paths", "runner"]  # fmt: skip
+                    "paths", "runner", "interview"]  # fmt: skip
     assert sorted([*flow, "digest"]) == modules
 
 
@@ -55,7 +55,9 @@ def test_the_contract_orders_the_package_as_the_flow() -> None:
     layers = [name.strip() for layer in contract["layers"] for name in layer.split("|")]
     flow = _flow_in_docstring()
     assert sorted(layers) == sorted([*flow, "digest"])
-    position = {name: i for i, layer in enumerate(contract["layers"]) for name in layer.split(" | ")}
+    position = {
+        name: i for i, layer in enumerate(contract["layers"]) for name in layer.split(" | ")
+    }
     later_above = [position[a] <= position[b] for a, b in zip(flow[1:], flow, strict=False)]
     assert all(later_above), position
     assert position["digest"] == len(contract["layers"]) - 1

@@ -352,3 +352,34 @@ def test_a_trace_without_texts_says_so() -> None:
     assert "no prompt text in this trace" in text and "no reply text in this trace" in text
     assert "prompt tokens 5" in text
     assert "no LLM call" in text_of(decision_html(row, [], []))
+
+
+def test_the_interview_panel_asks_the_selected_agent_and_shows_the_answers(
+    tmp_path: Path,
+) -> None:
+    exp = Experiment(name="iv", policy="cognitive", agents=2, steps=3, seed=1, llm={"mock": True})
+    run = exp.run(tmp_path / "iv.sqlite", progress=False)
+    inspector = Inspector(run)
+    inspector.select("agent_001", 2)
+    inspector.question.value = "Why <that>?"
+    inspector.ask_button.click()
+    (row,) = run.interviews.to_dict("records")  # asked as Run.interview asks: the same log
+    assert (row["agent_id"], row["step"], row["question"]) == ("agent_001", 2, "Why <that>?")
+    shown = inspector.answers.value
+    assert "Why &lt;that&gt;?" in shown and str(row["answer"]) in shown  # escaped
+    assert inspector.question.value == ""
+    inspector.select("agent_000", 2)
+    assert inspector.answers.value == ""  # another decision: its own interviews (none)
+    inspector.select("agent_001", 2)
+    assert str(row["answer"]) in inspector.answers.value
+
+
+def test_an_agent_that_cannot_be_asked_is_said_in_the_status(tmp_path: Path) -> None:
+    run = Experiment(name="r", agents=2, steps=2).run(tmp_path / "r.sqlite", progress=False)
+    inspector = Inspector(run)
+    inspector.select("agent_000", 1)
+    inspector.question.value = "Why?"
+    inspector.ask_button.click()  # a random agent: no prompt to ask in
+    assert "made no LLM call at step 1" in inspector.status.value
+    with pytest.raises(VivariumError, match="made no LLM call"):
+        inspector.ask("Why?")

@@ -39,7 +39,17 @@ ON_LLM_ERROR_HELP = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors that name the subcommand's help."""
+    """argparse with one-line errors that name the subcommand's help, and flags as spelled.
+
+    No abbreviations: argparse would read ``vvm phase1 --agent 3`` (``vvm interview``'s flag)
+    as ``--agents 3`` and ``--step 2`` as ``--steps 2``, so a flag of one command given to
+    another ran with a meaning nobody asked for. A flag is taken only as it is spelled.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """An ``argparse.ArgumentParser`` that takes no abbreviated flag."""
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
@@ -582,6 +592,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 args.backend,
                 args.max_workers,
                 replications=args.replications,
+                paired=True if args.paired else None,
                 seed=args.sweep_seed,
                 ray_address=args.ray_address,
                 progress=False if args.no_progress else None,
@@ -839,6 +850,11 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--backend", choices=["local", "ray", "inline"], default=None)
     ps.add_argument("--max-workers", type=_positive("--max-workers"), default=None)
     ps.add_argument("--replications", type=_positive("--replications"), default=None)
+    ps.add_argument(
+        "--paired",
+        action="store_true",
+        help="every point of a replication runs with the same seed (common random numbers)",
+    )
     ps.add_argument("--sweep-seed", type=_positive("--sweep-seed", 0), default=None)
     ps.add_argument("--ray-address", default=None, help="join a Ray cluster")
     ps.set_defaults(func=_cmd_sweep)

@@ -196,6 +196,7 @@ class Experiment:
         sweep_seed: int | None = None,
         replications: int | None = None,
         progress: bool | None = None,
+        paired: bool = False,
         **grid: Any,
     ) -> Sweep:
         """Run this experiment over a grid (``seed=range(10), agents=[5, 50]``) or configs.
@@ -207,6 +208,9 @@ class Experiment:
         each run's parameters and its replication. Every run failed: ``SweepFailed``; some
         failed or fell back: a ``SweepWarning`` with the count and the first error. A
         ``world`` or ``policy`` axis may list classes or factories as well as names.
+        ``paired=True`` gives every point of a replication the same seed, so that the arms
+        share every random stream the treatment leaves alone (common random numbers); compare
+        them with ``vivarium.analysis.paired_difference``.
         """
         from vivarium.experiment.objects import name_object
         from vivarium.sweep import run_sweep
@@ -226,6 +230,7 @@ class Experiment:
                 ray_address=ray_address,
                 seed=sweep_seed,
                 replications=replications,
+                paired=paired,
                 progress=progress,
                 open_run=Run.open,  # the sweep's runs are ``Run``s, as ``run()``'s are
             )

@@ -171,6 +171,12 @@ def server_urls(value: str | Sequence[str] | None, *, check: bool = True) -> tup
     """
     if value is None:
         return ()
+    if not isinstance(value, str | list | tuple):  # ``api_base: true`` in a file: no URL shape
+        if not check:
+            return ()
+        raise ValueError(
+            f"expected a server URL, URLs separated by commas, or a list of URLs, not {value!r}"
+        )
     given = value.split(",") if isinstance(value, str) else list(value)
     if not check:
         return tuple(url for url in (str(u).strip() for u in given) if url)

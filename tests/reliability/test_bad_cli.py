@@ -35,6 +35,8 @@ FLOAT_BAD = {
 TEXT_BAD = {
     "--run-id": ["", "bad id", "x/y", "a" * 300, ".hidden"],
     "--model": [""],
+    "--agent": ["", "agent_9", "a b"],
+    "question": ["", "   "],
     "--grid": ["noequals", "=1", "steps=", "bogusfield=1", "steps=a,b", "agents=0"],
     "--override": ["noequals", "=1", "run.steps", "nosection.x=1", "run.stepz=1", "run.steps=-1"],
 }
@@ -109,7 +111,9 @@ class Files:
         if flag in ("config", "--config"):
             return [self.missing, self.folder, self.trace, self.bad_config, self.list_config,
                     self.unknown_config, self.text]  # fmt: skip
-        if flag == "db":  # resume and validate (validate says a never-started run is incomplete)
+        if (
+            flag == "db"
+        ):  # resume, validate, interview (validate: a never-started run is incomplete)
             return [self.missing, self.folder, self.text, self.empty, self.foreign]
         raise AssertionError(f"no bad paths for {flag}")
 
@@ -132,6 +136,7 @@ class Files:
             "experiment": ["--config", str(self.aam_config), "--db", str(self.db), "--no-progress"],
             "resume": [str(self.partial_copy()), "--no-progress"],
             "validate": [str(self.trace)],
+            "interview": [str(self.llm_partial), "Why?", "--agent", "agent_000", "--step", "0"],
             "figures": ["--out", str(self.root / "figs"), "--data", str(self.missing)],
         }[command]
 
@@ -193,6 +198,8 @@ def cases(files: Files) -> Iterator[tuple[str, list[str]]]:
             for value in values:
                 if action.option_strings:
                     argv = [command, *base, name, value]
+                elif name == "question":  # interview's second positional
+                    argv = [command, base[0], value, *base[2:]]
                 elif command in ("resume", "validate"):
                     argv = [command, value, *base[1:]]
                 else:  # run / sweep config

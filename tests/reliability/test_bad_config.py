@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT
@@ -191,8 +191,14 @@ def test_any_config_file_is_accepted_or_one_line(suffix: str, tmp_path: Path) ->
     texts = yaml_texts() if suffix == ".yaml" else json_texts()
     path = tmp_path / f"experiment{suffix}"
 
+    known = {  # found by this test: a value of no URL shape reached the lenient reader
+        ".yaml": "llm:\n api_base: True",
+        ".json": '{"llm":{"api_base":true}}',
+    }[suffix]
+
     @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
     @given(text=texts)
+    @example(text=known)
     def check(text: str) -> None:
         path.write_text(text, encoding="utf-8")
         for load in (load_config, Experiment.from_file):

@@ -14,6 +14,8 @@ right table, or a list of these (``loading``), and work on a sweep's merged fram
 - ``message_volume`` - messages and characters per step / author / run
 - ``llm_usage`` - LLM calls, tokens, cost, latency, cache hits per step / agent / run
 - ``summary`` - one row per run
+- ``paired_difference``, ``independent_difference`` - a treatment's effect across a sweep's
+  arms, within replications (a ``paired=True`` sweep) or between independent runs (``paired``)
 - ``t_quantile``, ``wilson_interval`` - the intervals behind them (``statistics``)
 
 ``metrics`` holds the metrics, ``pivoting`` the pivot ones, ``plots`` the figures.
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         success_rate,
         summary,
     )
+    from vivarium.analysis.paired import independent_difference, paired_difference
     from vivarium.analysis.pivoting import pivot_events, pivots
     from vivarium.analysis.statistics import t_quantile, wilson_interval
 
@@ -42,6 +45,8 @@ _LAZY = {
     "action_counts": "metrics",
     "llm_usage": "metrics",
     "message_volume": "metrics",
+    "independent_difference": "paired",
+    "paired_difference": "paired",
     "pivot_events": "pivoting",
     "pivots": "pivoting",
     "success_ci": "metrics",
@@ -50,12 +55,23 @@ _LAZY = {
     "t_quantile": "statistics",
     "wilson_interval": "statistics",
 }
-_MODULES = ("grouping", "loading", "metrics", "pivoting", "plots", "statistics", "style")
+_MODULES = (
+    "grouping",
+    "loading",
+    "metrics",
+    "paired",
+    "pivoting",
+    "plots",
+    "statistics",
+    "style",
+)
 
 __all__ = [
     "action_counts",
+    "independent_difference",
     "llm_usage",
     "message_volume",
+    "paired_difference",
     "pivot_events",
     "pivots",
     "plots",

@@ -70,6 +70,8 @@ class Inspector:
         this_agent: Walk only the selected agent's decisions.
         timeline: The clickable agent x step grid (a window of it).
         detail: The selected decision as HTML (``detail.value``).
+        question, ask_button, answers: Interview the selected agent at the selected step
+            (``ask``): the question, the button, and this decision's interviews so far.
         status: One line: where the selection is, and what the last move found.
         widget: What a notebook shows.
         run_index: The selected run (its position in the sweep's ``runs``; 0 for a run).
@@ -124,6 +126,12 @@ class Inspector:
         self.up = w.Button(description="\u25b2 agents", layout=w.Layout(width="90px"))
         self.down = w.Button(description="\u25bc agents", layout=w.Layout(width="90px"))
         self.detail = w.HTML()
+        self.question = w.Text(
+            placeholder="ask this agent about this step (its prompt then, its answer, your question)",
+            layout=w.Layout(width="560px"),
+        )
+        self.ask_button = w.Button(description="ask", tooltip="interview the agent")
+        self.answers = w.HTML()
 
         self.run.observe(self._on_run, names="value")
         self.agent.observe(self._on_agent, names="value")
@@ -136,6 +144,7 @@ class Inspector:
         self.later.on_click(lambda _: self._scroll(0, 1))
         self.up.on_click(lambda _: self._scroll(-1, 0))
         self.down.on_click(lambda _: self._scroll(1, 0))
+        self.ask_button.on_click(lambda _: self._on_ask())
 
         pick = w.HBox([self.run, self.agent, self.step])
         walk = w.HBox(
@@ -143,8 +152,10 @@ class Inspector:
             + [self.pivots, self.this_agent]
         )
         moves = w.HBox([self.earlier, self.later, self.up, self.down])
+        interview = w.HBox([self.question, self.ask_button])
         self.widget = w.VBox(
             [pick, walk, self.status, self.legend, self.timeline, moves, self.detail]
+            + [interview, self.answers]
         )
         self.widget.add_class("vvm-inspector")
         self._show_run(0, None)
@@ -461,9 +472,61 @@ class Inspector:
                     "2px solid #000" if selected == (agent, step) else "1px solid transparent"
                 )
 
+    # -- interviews ---------------------------------------------------------------------------
+    def ask(self, question: str | None = None) -> Any:
+        """Interview the selected agent at the selected step (``Run.interview``).
+
+        Args:
+            question: What to ask (None: the text in ``question``).
+
+        Returns:
+            The ``Interview``; ``answers`` then shows it with the earlier ones.
+
+        Raises:
+            VivariumError: Nothing is selected, or the agent cannot be asked (see
+                ``vivarium.experiment.interview``).
+        """
+        from vivarium.experiment.interview import interview
+
+        if self.position is None:
+            raise VivariumError("inspect: no decision is selected to ask about")
+        agent, step = self.decisions.key(self.position)
+        asked = interview(
+            self.decisions.run, agent, step, self.question.value if question is None else question
+        )
+        self.question.value = ""
+        self._refresh_answers()
+        return asked
+
+    def _on_ask(self) -> None:
+        try:
+            self.ask()
+        except VivariumError as exc:
+            self._refresh_status(str(exc))
+
+    def _refresh_answers(self) -> None:
+        from vivarium.experiment.interview import interviews
+
+        if self.position is None:
+            self.answers.value = ""
+            return
+        d = self.decisions
+        agent, step = d.key(self.position)
+        log = interviews(d.run.path, d.run.run_id)
+        here = log[(log["agent_id"] == agent) & (log["step"] == step)]
+        self.answers.value = "".join(
+            "<div style='margin:4px 0'><b>Q:</b> "
+            + escape(str(row["question"]))
+            + "<br><b>A:</b> "
+            + escape(str(row["answer"]) if row["answer"] is not None else "(no text)")
+            + f" <span style='color:#888;font-size:11px'>({escape(str(row['model']))})</span></div>"
+            for row in here.to_dict("records")
+        )
+
     # -- the text -----------------------------------------------------------------------------
     def _refresh_detail(self) -> None:
         d = self.decisions
+        self._refresh_answers()
         if self.position is None:
             self.detail.value = "<i>no decisions in this run</i>"
             return

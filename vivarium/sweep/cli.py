@@ -29,6 +29,7 @@ SWEEP_SETTINGS = {
     "grid": "a mapping of field -> list of values",
     "configs": "a list of dicts of overrides",
     "replications": "a whole number >= 1",
+    "paired": "true or false",
     "backend": "local, ray or inline",
     "max_workers": "a whole number >= 1",
     "seed": "an integer in [0, 2**63)",
@@ -80,6 +81,8 @@ def split_sweep_section(
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
         elif key == "seed":
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
+        elif key == "paired":
+            ok = isinstance(value, bool)
         elif key == "backend":
             ok = value in BACKENDS
         elif key in {"folder", "ray_address"}:
@@ -163,6 +166,7 @@ def main_sweep(
     progress: bool | None = None,
     overrides: Mapping[str, Any] | None = None,
     plugins: Sequence[str] | None = None,
+    paired: bool | None = None,
 ) -> Sweep:
     """``vvm sweep CONFIG``: run the sweep a config file describes; arguments given win.
 
@@ -183,6 +187,8 @@ def main_sweep(
         progress: Show a progress bar.
         overrides: Experiment fields that replace the file's.
         plugins: Modules to import, after the file's ``sweep.plugins``.
+        paired: Give every point of a replication the same seed (default: the file's
+            ``sweep.paired``, else false).
 
     Returns:
         The sweep (see ``run_sweep``).
@@ -219,4 +225,5 @@ def main_sweep(
         progress=progress,
         replications=replications if replications is not None else settings.get("replications"),
         plugins=modules or None,
+        paired=paired if paired is not None else settings.get("paired", False),
     )

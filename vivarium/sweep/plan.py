@@ -28,6 +28,7 @@ __all__ = [
     "as_config",
     "describe_run",
     "plan_sweep",
+    "paired_seed_of",
     "run_seed_of",
 ]
 
@@ -217,6 +218,7 @@ def plan_sweep(
     *,
     seed: int | None = None,
     replications: int | None = None,
+    paired: bool = False,
 ) -> list[PlannedRun]:
     """Every run of a sweep, in run order, with its config and seed (nothing is run).
 
@@ -232,6 +234,9 @@ def plan_sweep(
         seed: The sweep's seed (default: the base config's), from which runs whose config
             gives no seed get theirs (see ``run_seed_of``).
         replications: Runs of each point (default 1).
+        paired: Give every point of one replication the same seed (``paired_seed_of``): the
+            arms of a replication share every random stream their parameters do not change
+            (common random numbers), so their difference is measured with less noise.
 
     Returns:
         The planned runs, in run order.
@@ -253,10 +258,18 @@ def plan_sweep(
         for point in _grid_points(grid):
             params = {**explicit, **point}
             given = seed_given or "seed" in point
+            if paired and given:
+                raise ConfigError(
+                    "sweep: paired runs share their replication's seed, but "
+                    f"{', '.join(f'{k}={_short(v)}' for k, v in params.items()) or 'the config'} "
+                    "gives its own: drop the seed (axis or field), or paired"
+                )
             for rep in range(reps):
                 i = len(runs)
                 run_data = _apply(copy.deepcopy(data), point)
-                if not given:
+                if paired:
+                    run_seed = paired_seed_of(sweep_seed, rep)
+                elif not given:
                     run_seed = run_seed_of(sweep_seed, params, rep)
                 elif rep == 0:
                     run_seed = run_data.get("seed", base_config.seed)
@@ -286,6 +299,24 @@ def plan_sweep(
                     PlannedRun(i, params, rep, config.seed, config, run_id, f"{run_id}.sqlite")
                 )
     return runs
+
+
+def paired_seed_of(sweep_seed: int, replication: int) -> int:
+    """The seed of every run of replication ``replication`` of a paired sweep.
+
+    ``derive_seed(sweep_seed, "paired", replication)`` reduced below 2**63: the same for each
+    point, so that the arms of a replication draw the same numbers wherever their parameters
+    leave a random stream alone (an agent's seed derives from the run's and the agent's id, the
+    world's from the run's), and differ only where the treatment acts.
+
+    Args:
+        sweep_seed: The sweep's seed.
+        replication: The replication number.
+
+    Returns:
+        The seed, in [0, 2**63).
+    """
+    return derive_seed(sweep_seed, "paired", replication) % (MAX_SEED + 1)
 
 
 def run_seed_of(sweep_seed: int, params: Mapping[str, Any], replication: int) -> int:

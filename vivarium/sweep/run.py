@@ -62,6 +62,7 @@ def run_sweep(
     replications: int | None = None,
     plugins: Sequence[str] | None = None,
     open_run: RunOpener | None = None,
+    paired: bool = False,
 ) -> Sweep:
     """Run every run of a sweep that is not already done, and return the ``Sweep``.
 
@@ -89,6 +90,8 @@ def run_sweep(
         replications: Runs of each point (default 1).
         plugins: Modules the workers import before running (worlds and policies they register).
         open_run: Reads a complete run's trace for ``Sweep.runs`` (default ``SweepRun.open``).
+        paired: Every point of a replication runs with the same seed (common random numbers,
+            see ``plan_sweep``), for ``vivarium.analysis.paired_difference``.
 
     Returns:
         The sweep, read back from its folder.
@@ -108,7 +111,9 @@ def run_sweep(
     # Objects referred to as they are now, so workers receive them under the references the
     # runs' identities use (``vivarium.experiment.objects.resolve_references``).
     base_config = resolve_references(as_config(base))
-    runs = plan_sweep(base_config, grid, configs, seed=seed, replications=replications)
+    runs = plan_sweep(
+        base_config, grid, configs, seed=seed, replications=replications, paired=paired
+    )
     out = Path(folder) if folder is not None else DEFAULT_RUNS_DIR / f"{base_config.name}-sweep"
     try:
         out.mkdir(parents=True, exist_ok=True)
