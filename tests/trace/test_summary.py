@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import ROOT
 from tests.support import golden as g
@@ -96,3 +98,46 @@ def test_failures_fallbacks_and_empty_values_count_as_the_frame_reads_them(
     assert summary.fallbacks == int(actions["fallback"].astype(bool).sum()) > 0
     assert summary.by_action[1] == ("give", int((actions["action"] == "give").sum()))
     assert summary.decisions == len(actions) == 150
+
+
+ACTION_NAMES = ["", "a", "B", "give", "noop", "z z", "é", *(f"act{i:02d}" for i in range(20))]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_decisions_are_counted_as_the_frame_reads_them(data: st.DataObject) -> None:
+    """Few actions (one pass, a filter each) or many (one sort), any success and fallback
+    values, the writer's meta listing them or not: the summary is the frame's count."""
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = g.unpack(g.load_manifest()["traces"]["schema4/channel_random"]["file"], Path(tmp))
+        con = sqlite3.connect(path)
+        ids = [i for (i,) in con.execute("SELECT id FROM decisions ORDER BY id")]
+        pool = data.draw(st.lists(st.sampled_from(ACTION_NAMES), min_size=1, max_size=25))
+        flags = st.sampled_from([0, 1, 2])  # NOT NULL; 2: true, as SQLite reads it
+        rows = [
+            (data.draw(st.sampled_from(pool)), data.draw(flags), data.draw(flags), i) for i in ids
+        ]
+        listed = data.draw(st.booleans())
+        with con:
+            con.executemany(
+                "UPDATE decisions SET action = ?, success = ?, fallback = ? WHERE id = ?", rows
+            )
+            if listed:
+                con.execute(
+                    "UPDATE meta SET value = json_insert(value, '$[#]', 'success', '$[#]', "
+                    "'fallback') WHERE key = 'decision_columns_filled'"
+                )
+        con.close()
+        actions = Run.open(path).actions
+        summary = run_summary(path)
+    counts = actions["action"].astype(object).value_counts(dropna=False)
+    expected = sorted(
+        ((None if a is None or a != a else str(a), int(n)) for a, n in counts.items()),
+        key=lambda item: (item[0] is not None, item[0] or ""),
+    )
+    assert list(summary.by_action) == expected
+    assert summary.succeeded == int(actions["success"].fillna(False).astype(bool).sum())
+    assert summary.fallbacks == int(actions["fallback"].fillna(False).astype(bool).sum())
