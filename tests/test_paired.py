@@ -42,20 +42,22 @@ def test_every_point_of_a_replication_runs_with_one_seed() -> None:
     assert len({r.seed for r in unpaired}) == 9
 
 
-def test_paired_arms_draw_the_same_numbers_unpaired_ones_do_not(tmp_path: Path) -> None:
-    def decisions(paired: bool) -> pd.DataFrame:
-        sweep = Experiment(**BASE).sweep(
-            folder=tmp_path / str(paired),
-            backend="inline",
-            replications=2,
-            paired=paired,
-            progress=False,
-            message_history_limit=[5, 50],  # no effect on what random agents draw
-        )
-        return sweep.actions
+def two_arms(folder: Path, paired: bool, replications: int) -> pd.DataFrame:
+    """The decisions of a sweep whose two arms differ by what random agents never read."""
+    sweep = Experiment(**BASE).sweep(
+        folder=folder / str(paired),
+        backend="inline",
+        replications=replications,
+        paired=paired,
+        progress=False,
+        message_history_limit=[5, 50],  # no effect on what random agents draw
+    )
+    return sweep.actions
 
+
+def test_paired_arms_draw_the_same_numbers_unpaired_ones_do_not(tmp_path: Path) -> None:
     for paired in (True, False):
-        actions = decisions(paired)
+        actions = two_arms(tmp_path, paired, 2)
         by_arm = {
             (rep, m): group[["step", "agent_id", "action", "arguments"]].reset_index(drop=True)
             for (rep, m), group in actions.groupby(["replication", "message_history_limit"])
@@ -68,15 +70,7 @@ def test_common_random_numbers_narrow_the_interval_to_the_treatment(tmp_path: Pa
     """A treatment that changes nothing the agents do: paired, no difference at all is seen."""
     widths = {}
     for paired in (True, False):
-        sweep = Experiment(**BASE).sweep(
-            folder=tmp_path / str(paired),
-            backend="inline",
-            replications=4,
-            paired=paired,
-            progress=False,
-            message_history_limit=[5, 50],
-        )
-        actions = sweep.actions
+        actions = two_arms(tmp_path, paired, 4)
         per_run = (
             actions.assign(emitted=actions["action"] == "emit_event")
             .groupby(["replication", "message_history_limit"], as_index=False)["emitted"]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,16 +25,29 @@ from vivarium.trace.summary import run_summary
 TRACES = sorted(g.load_manifest()["traces"])
 
 
+def list_as_written(con: Any) -> None:
+    """Record in the trace's meta that rows wrote ``success`` and ``fallback``."""
+    con.execute(
+        "UPDATE meta SET value = json_insert(value, '$[#]', 'success', '$[#]', 'fallback') "
+        "WHERE key = 'decision_columns_filled'"
+    )
+
+
+def counted(actions: pd.DataFrame) -> list[tuple[str | None, int]]:
+    """(action, decisions) from the frame, in SQLite's order of the name (a missing one first)."""
+    counts = actions["action"].astype(object).value_counts(dropna=False)
+    return sorted(
+        ((None if a is None or a != a else str(a), int(n)) for a, n in counts.items()),
+        key=lambda item: (item[0] is not None, item[0] or ""),
+    )
+
+
 @pytest.mark.parametrize("name", TRACES)
 def test_the_summary_is_the_frames_count(name: str, tmp_path: Path) -> None:
     path = g.unpack(g.load_manifest()["traces"][name]["file"], tmp_path)
     run = Run.open(path)
     actions = run.actions
-    counts = actions["action"].astype(object).value_counts(dropna=False)
-    expected = sorted(
-        ((None if a is None or a != a else str(a), int(n)) for a, n in counts.items()),
-        key=lambda item: (item[0] is not None, item[0] or ""),
-    )
+    expected = counted(actions)
     summary = run_summary(path)
     assert list(summary.by_action) == expected
     assert summary.decisions == len(actions)
@@ -86,11 +101,7 @@ def test_failures_fallbacks_and_empty_values_count_as_the_frame_reads_them(
         con.execute("UPDATE decisions SET success = 0, fallback = 1 WHERE id % 7 = 0")
         con.execute("UPDATE decisions SET success = 0, fallback = 0 WHERE id % 7 = 2")
         con.execute("UPDATE decisions SET action = 'give', fallback = 1 WHERE id % 11 = 3")
-        # The writer's record of the columns some row wrote, which the frames trust.
-        con.execute(
-            "UPDATE meta SET value = json_insert(value, '$[#]', 'success', '$[#]', 'fallback') "
-            "WHERE key = 'decision_columns_filled'"
-        )
+        list_as_written(con)  # the writer's record of the columns rows wrote: the frames trust it
     con.close()
     actions = Run.open(path).actions
     summary = run_summary(path)
@@ -126,18 +137,11 @@ def test_any_decisions_are_counted_as_the_frame_reads_them(data: st.DataObject) 
                 "UPDATE decisions SET action = ?, success = ?, fallback = ? WHERE id = ?", rows
             )
             if listed:
-                con.execute(
-                    "UPDATE meta SET value = json_insert(value, '$[#]', 'success', '$[#]', "
-                    "'fallback') WHERE key = 'decision_columns_filled'"
-                )
+                list_as_written(con)
         con.close()
         actions = Run.open(path).actions
         summary = run_summary(path)
-    counts = actions["action"].astype(object).value_counts(dropna=False)
-    expected = sorted(
-        ((None if a is None or a != a else str(a), int(n)) for a, n in counts.items()),
-        key=lambda item: (item[0] is not None, item[0] or ""),
-    )
+    expected = counted(actions)
     assert list(summary.by_action) == expected
     assert summary.succeeded == int(actions["success"].fillna(False).astype(bool).sum())
     assert summary.fallbacks == int(actions["fallback"].fillna(False).astype(bool).sum())
