@@ -351,3 +351,32 @@ def test_headless_process_gets_agg() -> None:
     )
     assert done.stdout.strip() == "agg"
     assert np.isfinite(1.0)
+
+
+# -- effect curves ------------------------------------------------------------------------------
+
+
+def test_effect_curves_draw_each_arms_difference_and_interval() -> None:
+    from vivarium.analysis import paired_difference
+
+    rows = [
+        (rep, step, arm, rep * 0.5 + step + (1.0 if arm == "b" else 0.0) + 0.1 * (rep % 2))
+        for rep in range(4)
+        for step in range(3)
+        for arm in ("control", "b")
+    ]
+    frame = pl.DataFrame(rows, schema=["replication", "step", "prompt", "score"], orient="row")
+    diff = paired_difference(frame, "score", "prompt", "control", per="step")
+    fig = plots.effect_curves(diff)
+    ax = fig.axes[0]
+    line = next(ln for ln in ax.get_lines() if len(ln.get_xdata()) == 3)
+    assert line.get_xdata().tolist() == [0, 1, 2]
+    assert line.get_ydata().tolist() == pytest.approx(diff["mean_diff"].to_list())
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(diff["ci_low"].min())
+    assert ys.max() == pytest.approx(diff["ci_high"].max())
+    assert ax.get_legend().get_title().get_text() == "prompt"
+    assert ax.get_ylabel() == "effect (arm - control)"
+    with pytest.raises(ValueError, match="per='step'"):
+        plots.effect_curves(frame)

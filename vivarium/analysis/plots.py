@@ -49,6 +49,7 @@ from vivarium.optional import require
 __all__ = [
     "action_mix",
     "behaviour_timeline",
+    "effect_curves",
     "message_volume",
     "pivot_raster",
     "save_figure",
@@ -714,6 +715,62 @@ def message_volume(
             handles = ax.get_legend_handles_labels()[0]
             title_ = ", ".join(series_cols)
             _legend_top(fig, handles, _legend_cols(labels, figure_width(width)), title_)
+        return _finish(fig, title)
+
+
+def effect_curves(
+    differences: Any,
+    *,
+    width: Width = "single",
+    height: float | None = None,
+    title: str | None = None,
+) -> Any:
+    """A treatment's effect over steps, with its interval, against the zero line of no effect.
+
+    One line per arm: its mean difference from the control. ``differences`` is what ``paired_difference`` or ``independent_difference`` gives with
+    ``per="step"`` (pandas or polars): its column after ``step`` names the arms; one line per
+    arm, the band its interval (where it has one: two pairs or more).
+    """
+    Line2D = require("matplotlib.lines").Line2D
+    Patch = require("matplotlib.patches").Patch
+
+    from vivarium.analysis.loading import _to_polars
+
+    d = _to_polars(differences)
+    if "step" not in d.columns or "mean_diff" not in d.columns:
+        raise ValueError(
+            "effect_curves takes paired_difference's or independent_difference's frame with "
+            "per='step'"
+        )
+    arm = d.columns[d.columns.index("step") + 1]
+    groups = _series(d.sort("step"), [arm])
+    with paper_style():
+        fig, axes = _new_figure(width, height or 2.3)
+        ax = axes[0, 0]
+        palette = colors(len(groups))
+        ax.axhline(0.0, color="#888888", linewidth=0.8, linestyle="--", zorder=0)
+        for i, (key, sub) in enumerate(groups):
+            steps = sub["step"].to_numpy()
+            ax.plot(steps, sub["mean_diff"].to_numpy(), color=palette[i], label=_label(key))
+            if sub["ci_low"].null_count() < sub.height:
+                ax.fill_between(
+                    steps,
+                    sub["ci_low"].fill_null(float("nan")).to_numpy(),
+                    sub["ci_high"].fill_null(float("nan")).to_numpy(),
+                    color=palette[i],
+                    alpha=0.22,
+                    linewidth=0,
+                )
+        if d.height == 0:
+            _no_data(ax, "no pairs")
+        ax.set_xlabel("step")
+        ax.set_ylabel("effect (arm - control)")
+        ax.margins(x=0)
+        handles = [
+            Line2D([], [], color=palette[i], label=_label(k)) for i, (k, _) in enumerate(groups)
+        ]
+        handles.append(Patch(facecolor="#888888", alpha=0.22, label="confidence interval"))
+        ax.legend(handles=handles, title=arm, loc="best")
         return _finish(fig, title)
 
 
