@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,44 +93,56 @@ def frame_schema(name: str, *, run_id: bool = True) -> pa.Schema:
 
 def _read_arguments(p: Path, steps: int | None = None) -> pa.Table:
     """The arguments frame of a trace: only the actions' keys and arguments are read."""
-    if not _has_table(p, "decisions"):  # an older trace: from its whole actions frame
+    plan = _decisions_plan(p, steps)
+    if plan is None:  # an older trace: from its whole actions frame
         return arguments_table(read_arrow(p, "actions", steps=steps))
-    columns, arrays = _read_decisions(p, only={"agent_idx", "action", "arguments"}, steps=steps)
+    columns, arrays, ids = _read_decisions(p, plan, only={"agent_idx", "action", "arguments"})
     wanted = {"step", "seq", "agent_idx", "action", "arguments"}
     kept = [(c, a) for c, a in zip(columns, arrays, strict=True) if c.name in wanted]
-    return arguments_table(read_arrow_columns(p, tuple(c for c, _ in kept), [a for _, a in kept]))
+    cols, arrs = tuple(c for c, _ in kept), [a for _, a in kept]
+    return arguments_table(read_arrow_columns(p, cols, arrs, agent_ids=ids))
 
 
-def _read_decisions(
-    p: Path, only: set[str] | None = None, steps: int | None = None
-) -> tuple[tuple[Column, ...], list[pa.Array]]:
-    """The actions frame's columns, straight from the decisions table (schema 3).
+@dataclass(frozen=True, slots=True)
+class _DecisionsPlan:
+    """What reading a trace's decisions needs to know first, asked in one connection.
 
-    Only the columns some decision filled are read (the writer records them in ``meta``); the
-    rest are their default throughout. ``step`` and ``seq`` come from the key. The rows are
-    read in two halves on two threads (the driver reads without holding the GIL), and the
-    agent ids are added afterwards from the agents table, as a dictionary. ``steps`` bounds
-    the rows read by their key (see the module docstring).
+    Attributes:
+        filled: The decision columns some row wrote (the writer's meta; all when unrecorded).
+        end: The first key not read (None: every row).
+        low, high: The smallest and largest key read (None: no row).
+        count: The decisions of the steps read (from the steps table).
     """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from vivarium.trace.db import FILLED_META_KEY, read_meta
+    filled: frozenset[str]
+    end: int | None
+    low: int | None
+    high: int | None
+    count: int | None
 
-    filled_text = read_meta(p, FILLED_META_KEY)
-    filled = set(json.loads(filled_text)) if filled_text else {c.name for c in DECISIONS}
-    if only is not None:
-        filled &= only
-    read = [c for c in DECISIONS if c.name in filled]
-    sample = Column("id", "", "int", "")
+
+def _decisions_plan(p: Path, steps: int | None) -> _DecisionsPlan | None:
+    """The plan of a read of the decisions table (schema 3 on); None for an older trace.
+
+    One connection and one snapshot for every question (a small run's frame would otherwise
+    open the file four times before reading a row).
+    """
+    from vivarium.trace.db import FILLED_META_KEY
+
     end = None if steps is None else steps << SEQ_BITS  # the first key not read
     con = read_connection(p)
     try:
+        con.execute("BEGIN")  # one snapshot for every question
+        has = con.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'decisions'"
+        ).fetchone()
+        if has is None:
+            return None
+        row = con.execute("SELECT value FROM meta WHERE key = ?", (FILLED_META_KEY,)).fetchone()
+        filled = frozenset(json.loads(row[0])) if row else frozenset(c.name for c in DECISIONS)
         # One aggregate a query: SQLite answers a lone min() or max() of the key from an end of
         # the B-tree, but scans every row for them together (and for count(*)); the count,
         # which only decides whether to read in halves, is the steps table's.
-        con.execute("BEGIN")  # one snapshot for the three
         bound = end if end is not None else 1 << 62
         low = con.execute("SELECT min(id) FROM decisions").fetchone()[0]
         high = con.execute("SELECT max(id) FROM decisions WHERE id < ?", (bound,)).fetchone()[0]
@@ -138,24 +151,55 @@ def _read_decisions(
         ).fetchone()[0]
     finally:
         con.close()
+    return _DecisionsPlan(filled, end, low, high, count)
+
+
+def _read_decisions(
+    p: Path, plan: _DecisionsPlan, only: set[str] | None = None
+) -> tuple[tuple[Column, ...], list[pa.Array], pa.Array | None]:
+    """The actions frame's columns, straight from the decisions table (schema 3 on).
+
+    Only the columns some decision filled are read (the writer records them in ``meta``); the
+    rest are their default throughout. ``step`` and ``seq`` come from the key. The rows are
+    read in two halves on two threads (the driver reads without holding the GIL) past
+    ``_SPLIT_ROWS``; below, in one connection with the agent ids, which are returned too (else
+    None: ``read_arrow_columns`` reads them). ``plan.end`` bounds the rows read by their key
+    (see the module docstring).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    filled = set(plan.filled)
+    if only is not None:
+        filled &= only
+    read = [c for c in DECISIONS if c.name in filled]
+    sample = Column("id", "", "int", "")
+    end, low, high, count = plan.end, plan.low, plan.high, plan.count
     bounds: list[tuple[int | None, int | None]] = [(None, end)]
-    if count and count > _SPLIT_ROWS and (low >> SEQ_BITS) < (high >> SEQ_BITS):
-        middle = ((low >> SEQ_BITS) + (high >> SEQ_BITS) + 1) // 2 << SEQ_BITS
+    if count and count > _SPLIT_ROWS and (low >> SEQ_BITS) < (high >> SEQ_BITS):  # type: ignore[operator]
+        middle = ((low >> SEQ_BITS) + (high >> SEQ_BITS) + 1) // 2 << SEQ_BITS  # type: ignore[operator]
         bounds = [(None, middle), (middle, end)]
 
-    def part(bound: tuple[int | None, int | None]) -> pa.Table:
+    def query(bound: tuple[int | None, int | None]) -> str:
         where = " AND ".join(
             f"id {op} {value}"
             for op, value in zip((">=", "<"), bound, strict=True)
             if value is not None
         )
         body = f"FROM decisions {'WHERE ' + where if where else ''} ORDER BY id"
-        return _fetch_arrow(p, _query((sample, *read), body)).slice(1)
+        return _query((sample, *read), body)
 
+    agent_ids: pa.Array | None = None
     if len(bounds) == 1:
-        table = part(bounds[0])
+        rows, names = _fetch_arrow_many(p, [query(bounds[0]), _AGENT_IDS_SQL])
+        table = rows.slice(1)
+        agent_ids = _agent_ids_of(names)
     else:
         from concurrent.futures import ThreadPoolExecutor
+
+        def part(bound: tuple[int | None, int | None]) -> pa.Table:
+            return _fetch_arrow(p, query(bound)).slice(1)
 
         with ThreadPoolExecutor(len(bounds)) as pool:
             table = pa.concat_tables(list(pool.map(part, bounds)), memory_pool=_pool())
@@ -172,22 +216,11 @@ def _read_decisions(
             arrays.append(pa.array(np.full(n, _ROW_DEFAULTS[column.name], dtype=np.int64)))
         else:
             arrays.append(pa.nulls(n, pa.int64() if column.kind == "agent" else pa.string()))
-    return frame_columns("actions"), arrays
+    return frame_columns("actions"), arrays, agent_ids
 
 
 _SPLIT_ROWS = 200_000  # read in two halves past this many decisions
 _ROW_DEFAULTS = {"success": 1, "fallback": 0}  # the decisions table's defaults
-
-
-def _has_table(path: Path, name: str) -> bool:
-    con = read_connection(path)
-    try:
-        found = con.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-        )
-        return found.fetchone() is not None
-    finally:
-        con.close()
 
 
 def _has_column(path: Path, table: str, column: str) -> bool:
@@ -211,7 +244,15 @@ def _pool() -> pa.MemoryPool:
 
 
 def _fetch_arrow(path: Path, sql: str) -> pa.Table:
-    """The result of ``sql`` as Arrow, read through the ADBC driver.
+    """The result of ``sql`` as Arrow, read through the ADBC driver."""
+    return _fetch_arrow_many(path, [sql])[0]
+
+
+def _fetch_arrow_many(path: Path, queries: list[str]) -> list[pa.Table]:
+    """The results of ``queries`` as Arrow, read through one ADBC connection.
+
+    The DBAPI connection is not in autocommit mode: its queries are one transaction, so they
+    read one snapshot of the file.
 
     The driver's SQLite waits for no lock unless told to: without a busy timeout, a read at
     the moment a writer has the file to itself (a run starting or closing) fails with
@@ -223,8 +264,11 @@ def _fetch_arrow(path: Path, sql: str) -> pa.Table:
         with adbc.connect(read_uri(path)) as con, con.cursor() as cur:
             cur.execute(f"PRAGMA busy_timeout = {int(READ_TIMEOUT * 1000)}")
             cur.fetchall()
-            cur.execute(sql)
-            return cur.fetch_arrow_table()
+            out = []
+            for sql in queries:
+                cur.execute(sql)
+                out.append(cur.fetch_arrow_table())
+            return out
     finally:
         leave_one_file(path)
 
@@ -235,13 +279,19 @@ _V1_POLICY_ERRORS = ("policy error: ", "no decision: ", "policy returned ")
 _V1_FALLBACK_METADATA = r'"parse_path"\s*:\s*"fallback"'
 
 
+# The agents' ids in index order, after a sample row that gives the column its type.
+_AGENT_IDS_SQL = (
+    "SELECT '' AS agent_id UNION ALL "
+    "SELECT agent_id FROM (SELECT agent_id FROM agents ORDER BY agent_idx)"
+)
+
+
 def _agent_ids(p: Path) -> pa.Array:
-    ids = _fetch_arrow(
-        p,
-        "SELECT '' AS agent_id UNION ALL "
-        "SELECT agent_id FROM (SELECT agent_id FROM agents ORDER BY agent_idx)",
-    )
-    return ids.column(0).combine_chunks().slice(1)
+    return _agent_ids_of(_fetch_arrow(p, _AGENT_IDS_SQL))
+
+
+def _agent_ids_of(table: pa.Table) -> pa.Array:
+    return table.column(0).combine_chunks().slice(1)
 
 
 def _read_actions(p: Path, steps: int | None = None) -> tuple[tuple[Column, ...], list[pa.Array]]:
@@ -395,11 +445,13 @@ def read_arrow(
         known = ", ".join((*FRAME_NAMES, *REPORTER_FRAMES))
         raise TraceError(f"unknown trace table '{name}' (known: {known})")
     p = check_trace_file(path)
+    ids = None
     try:
-        if name == "actions" and not _has_table(p, "decisions"):
+        plan = _decisions_plan(p, steps) if name == "actions" else None
+        if name == "actions" and plan is None:
             columns, arrays = _read_actions(p, steps)  # schema 2 and before: the steps' arrays
-        elif name == "actions":
-            columns, arrays = _read_decisions(p, steps=steps)
+        elif plan is not None:
+            columns, arrays, ids = _read_decisions(p, plan)
         else:
             columns = frame_columns(name)
             where = _below(steps) if name in _STEP_TABLES else ""
@@ -416,15 +468,20 @@ def read_arrow(
         raise
     except Exception as exc:  # a damaged or partial file
         raise TraceError(f"cannot read table '{name}' from {p}: {exc}") from None
-    return with_run_id(read_arrow_columns(p, columns, arrays), run_id)
+    return with_run_id(read_arrow_columns(p, columns, arrays, agent_ids=ids), run_id)
 
 
-def read_arrow_columns(p: Path, columns: tuple[Column, ...], arrays: list[Any]) -> pa.Table:
-    """The columns as read, typed as their kinds say (agent ids, categoricals, booleans)."""
+def read_arrow_columns(
+    p: Path, columns: tuple[Column, ...], arrays: list[Any], *, agent_ids: pa.Array | None = None
+) -> pa.Table:
+    """The columns as read, typed as their kinds say (agent ids, categoricals, booleans).
+
+    ``agent_ids``: the agents' ids in index order when already read (None: read here if a
+    column needs them).
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    agent_ids: pa.Array | None = None
     out: dict[str, Any] = {}
     for column, arr in zip(columns, arrays, strict=True):
         col, kind = column.frame_name, column.kind
