@@ -36,6 +36,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from results import machine, write_section  # noqa: E402
 
 SECTION = "llm_scale"
+GOAL_CPU_MS = 0.4
+GOAL_TEXT_BYTES = 1_000
 
 
 def child(agents: int, steps: int, concurrency: int, base: str) -> dict[str, Any]:
@@ -136,6 +138,8 @@ def main() -> None:
     if r["decisions"] != decisions or r["call_errors"] or r["fallbacks"] or not r["healthy"]:
         raise SystemExit(f"the run is not a result: {r}")
     bound = max(ideal, r["cpu_s"])
+    cpu_ms = r["cpu_s"] / decisions * 1000
+    text_per_call = r["text_bytes"] / r["calls"]  # the distinct texts' bodies: what calls add
     print(
         f"{agents} agents x {steps} steps: {r['wall_s']:.1f} s (ideal {ideal:.1f} s, CPU "
         f"{r['cpu_s']:.1f} s), peak {r['peak_mib']:.0f} MiB, trace {r['trace_bytes'] / 1e6:.1f} MB, "
@@ -160,13 +164,21 @@ def main() -> None:
         f"failed calls {r['call_errors']} |",
         f"| wall time (run) | {r['wall_s']:.1f} s ({whole:.1f} s with the process) |",
         f"| ideal / vs ideal | {ideal:.1f} s / {r['wall_s'] / ideal:.2f}x |",
-        f"| client CPU / vs CPU | {r['cpu_s']:.1f} s ({r['cpu_s'] / decisions * 1000:.2f} ms a "
+        f"| client CPU / vs CPU | {r['cpu_s']:.1f} s ({cpu_ms:.2f} ms a "
         f"decision) / {r['wall_s'] / r['cpu_s']:.2f}x |",
         f"| wall vs the larger floor | {r['wall_s'] / bound:.2f}x |",
         f"| calls in flight at the server, at most | {in_flight:,} |",
         f"| peak resident memory | {r['peak_mib']:.0f} MiB |",
         f"| trace | {r['trace_bytes'] / 1e6:.1f} MB ({r['trace_bytes'] / r['calls']:.0f} B a "
         f"call); {r['texts']:,} distinct texts, {r['text_bytes'] / 1e6:.1f} MB |",
+        f"| new text stored a call | {text_per_call:.0f} B |",
+        "",
+        'Goals (issue "Fast with every decision a row"):',
+        "",
+        f"- client CPU a decision: {cpu_ms:.2f} ms, goal <= {GOAL_CPU_MS} ms: "
+        f"{'met' if cpu_ms <= GOAL_CPU_MS else 'NOT met'}",
+        f"- new text stored a call: {text_per_call:.0f} B, goal <= {GOAL_TEXT_BYTES:,} B: "
+        f"{'met' if text_per_call <= GOAL_TEXT_BYTES else 'NOT met'}",
     ]
     if not args.no_write:
         write_section(SECTION, "\n".join(lines))

@@ -164,3 +164,32 @@ def test_a_log_that_cannot_be_kept_is_said_before_any_call(
     with pytest.raises(TraceError, match="cannot keep interviews in") as info:
         run.interview("agent_000", 1, "Why?")
     assert "\n" not in str(info.value)
+
+
+def test_vvm_interview_takes_the_key_from_the_environment_as_every_command_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "run.sqlite"
+    mock_run(path)
+    seen: list[Any] = []
+
+    def answer(run: Any, settings: Any, request: Any) -> str:
+        seen.append(settings.api_key.get_secret_value() if settings.api_key else None)
+        return "because"
+
+    monkeypatch.setattr(interview_module, "_ask", answer)
+    monkeypatch.setenv("VIVARIUM_API_KEY", "sk-from-the-environment")
+    assert main(["interview", str(path), "Why?", "--agent", "agent_000", "--step", "1"]) == 0
+    given = ["--api-key", "sk-given"]
+    assert (
+        main(["interview", str(path), "How?", "--agent", "agent_000", "--step", "1", *given]) == 0
+    )
+    assert seen == ["sk-from-the-environment", "sk-given"]  # a flag wins, as everywhere
+
+
+def test_a_folder_with_a_uri_character_in_its_name(tmp_path: Path) -> None:
+    folder = tmp_path / "run #1?"
+    folder.mkdir()
+    run = mock_run(folder / "run.sqlite")
+    asked = run.interview("agent_001", 1, "Still there?")
+    assert run.interviews["answer"].tolist() == [asked.answer]

@@ -562,9 +562,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _cmd_interview(args: argparse.Namespace) -> int:
     from vivarium.facade import Run
 
-    llm = {k: v for k, v in (("api_base", args.api_base), ("api_key", args.api_key)) if v}
+    llm = _llm_overrides(args)  # --api-base, --api-key or VIVARIUM_API_KEY, as every command
+    model = llm.pop("model", None)
     asked = Run.open(args.db).interview(
-        args.agent, args.step, args.question, model=args.model, llm=llm or None
+        args.agent, args.step, args.question, model=model, llm=llm or None
     )
     print(asked.answer if asked.answer is not None else "(no text in the answer)")
     where = "the interview log" if asked.replayed else asked.model

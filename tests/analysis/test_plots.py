@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -148,6 +149,13 @@ def two_runs() -> pl.DataFrame:
     )
 
 
+def band_reach(ax: Any) -> tuple[float, float]:
+    """The lowest and highest point of the one interval band on ``ax``."""
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    ys = band.get_paths()[0].vertices[:, 1]
+    return float(ys.min()), float(ys.max())
+
+
 def test_success_curves_mean_and_band_across_runs() -> None:
     data = two_runs()
     fig = plots.success_curves(data)
@@ -156,10 +164,7 @@ def test_success_curves_mean_and_band_across_runs() -> None:
     expected = success_ci(data, as_="polars")
     assert line.get_xdata().tolist() == [0, 1, 2]
     assert line.get_ydata().tolist() == pytest.approx(expected["success_rate"].to_list())
-    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    ys = band.get_paths()[0].vertices[:, 1]
-    assert ys.min() == pytest.approx(expected["ci_low"].min())
-    assert ys.max() == pytest.approx(expected["ci_high"].max())
+    assert band_reach(ax) == pytest.approx((expected["ci_low"].min(), expected["ci_high"].max()))
     assert texts(ax.get_legend()) == ["mean of 2 runs", "95% CI (t, across runs)"]
     assert ax.get_ylabel() == "success rate" and ax.get_xlabel() == "step"
 
@@ -372,11 +377,12 @@ def test_effect_curves_draw_each_arms_difference_and_interval() -> None:
     line = next(ln for ln in ax.get_lines() if len(ln.get_xdata()) == 3)
     assert line.get_xdata().tolist() == [0, 1, 2]
     assert line.get_ydata().tolist() == pytest.approx(diff["mean_diff"].to_list())
-    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    ys = band.get_paths()[0].vertices[:, 1]
-    assert ys.min() == pytest.approx(diff["ci_low"].min())
-    assert ys.max() == pytest.approx(diff["ci_high"].max())
+    assert band_reach(ax) == pytest.approx((diff["ci_low"].min(), diff["ci_high"].max()))
     assert ax.get_legend().get_title().get_text() == "prompt"
     assert ax.get_ylabel() == "effect (arm - control)"
     with pytest.raises(ValueError, match="per='step'"):
         plots.effect_curves(frame)
+    other = frame.with_columns(site=pl.col("replication") % 2)
+    by_site = paired_difference(other, "score", "prompt", "control", per=["step", "site"])
+    with pytest.raises(ValueError, match="per='step' alone"):  # lines of mixed sites: refused
+        plots.effect_curves(by_site)

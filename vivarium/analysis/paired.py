@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from vivarium.analysis.loading import Frame, _to_polars, by_list
+from vivarium.analysis.loading import Frame, _to_polars, by_list, to_output
 from vivarium.analysis.statistics import t_quantile
 
 __all__ = ["independent_difference", "paired_difference"]
@@ -92,9 +92,8 @@ def paired_difference(
         for n, s in zip(out["n"].to_list(), out["std"].to_list(), strict=True)
     ]
     out = _with_interval(out, half)
-    return _output(
-        out.select(*keys, arm, "n", "mean_diff", "std", "ci_low", "ci_high", "correlation"), kind
-    )
+    columns = (*keys, arm, "n", "mean_diff", "std", "ci_low", "ci_high", "correlation")
+    return to_output(out.select(*columns), kind)
 
 
 def independent_difference(
@@ -167,7 +166,7 @@ def independent_difference(
         pl.Series("std", se, dtype=pl.Float64),
     )
     out = _with_interval(out, half)
-    return _output(out.select(*keys, arm, "n", "mean_diff", "std", "ci_low", "ci_high"), kind)
+    return to_output(out.select(*keys, arm, "n", "mean_diff", "std", "ci_low", "ci_high"), kind)
 
 
 # -- shared --------------------------------------------------------------------------------------
@@ -221,7 +220,3 @@ def _with_interval(out: Any, half: list[float | None]) -> Any:
         (pl.col("mean_diff") - pl.col("_h")).alias("ci_low"),
         (pl.col("mean_diff") + pl.col("_h")).alias("ci_high"),
     )
-
-
-def _output(out: Any, kind: str) -> Frame:
-    return out if kind == "polars" else out.to_pandas()

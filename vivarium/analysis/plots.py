@@ -737,12 +737,17 @@ def effect_curves(
     from vivarium.analysis.loading import _to_polars
 
     d = _to_polars(differences)
-    if "step" not in d.columns or "mean_diff" not in d.columns:
+    if not {"step", "n", "mean_diff"} <= set(d.columns):
         raise ValueError(
             "effect_curves takes paired_difference's or independent_difference's frame with "
             "per='step'"
         )
-    arm = d.columns[d.columns.index("step") + 1]
+    arm = d.columns[d.columns.index("n") - 1]  # the columns are (*per, arm, n, mean_diff, ...)
+    if d.columns[: d.columns.index(arm)] != ["step"]:
+        raise ValueError(
+            "effect_curves draws a difference computed with per='step' alone, not per="
+            f"{d.columns[: d.columns.index(arm)]!r}"
+        )
     groups = _series(d.sort("step"), [arm])
     with paper_style():
         fig, axes = _new_figure(width, height or 2.3)

@@ -325,13 +325,15 @@ class WorldEngine:
             progress.close()
         elif self.config.scheduling == "sequential":
             progress = StepProgress(self._bar, t, len(order))
+            tell = progress if progress.active else None  # nothing a decision without a bar
             for done, idx in enumerate(order, start=1):
                 if (barred := self._barred(idx)) is None:
                     decision = decider.decide_sync(idx, t, self._observe(idx, t))
                     self._commit(idx, t, decision, rows)
                 else:
                     rows.barred(idx, barred)
-                progress(done)
+                if tell is not None:
+                    tell(done)
             progress.close()
         else:
             bars = {idx: barred for idx in order if (barred := self._barred(idx)) is not None}

@@ -141,12 +141,16 @@ def interviews(trace: str | Path, run_id: str) -> pd.DataFrame:
         return pd.DataFrame(
             {c: pd.Series(dtype="int64" if c == "step" else "object") for c in _COLUMNS}
         )
-    con = _connect(path)
+    from vivarium.trace.onefile import read_uri
+
+    con = sqlite3.connect(read_uri(path), uri=True, timeout=30)  # a read writes nothing
     try:
         rows = con.execute(
             f"SELECT {', '.join(_COLUMNS)} FROM interviews WHERE run_id = ? ORDER BY id",  # noqa: S608
             (run_id,),
         ).fetchall()
+    except sqlite3.Error as exc:
+        raise TraceError(f"cannot read the interview log {path}: {exc}") from None
     finally:
         con.close()
     return pd.DataFrame(rows, columns=list(_COLUMNS)).astype({"step": "int64"})

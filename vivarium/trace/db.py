@@ -506,6 +506,19 @@ FILLED_META_KEY = "decision_columns_filled"
 _SET_META = "INSERT OR REPLACE INTO meta VALUES (?, ?)"
 
 
+def listed_filled(con: sqlite3.Connection) -> set[str] | None:
+    """The decision columns some row wrote, as the writer's meta lists them (None: unlisted).
+
+    The one reader of ``FILLED_META_KEY``: the frames, the health rules, the summary and the
+    validation all read what rows may hold from here.
+    """
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = ?", (FILLED_META_KEY,)).fetchone()
+    except sqlite3.Error:  # no meta table: nothing listed
+        return None
+    return set(json.loads(row[0])) if row else None
+
+
 def _filled_columns(path: Path) -> list[str]:
     """The decision columns a trace's rows fill, as its meta says.
 
@@ -513,14 +526,15 @@ def _filled_columns(path: Path) -> list[str]:
     was written otherwise) counts every column as filled: readers then read them all, and a
     resume's record never leaves out a column the earlier rows fill.
     """
-    text = read_meta(path, FILLED_META_KEY)
-    if text:
-        return list(json.loads(text))
-    con = read_connection(path)
+    con = read_connection(check_trace_file(path))
     try:
-        any_row = con.execute("SELECT 1 FROM decisions LIMIT 1").fetchone()
-    except sqlite3.OperationalError:
-        any_row = None
+        listed = listed_filled(con)
+        if listed is not None:
+            return list(listed)
+        try:
+            any_row = con.execute("SELECT 1 FROM decisions LIMIT 1").fetchone()
+        except sqlite3.OperationalError:
+            any_row = None
     finally:
         con.close()
     return list(ACTION_COLUMNS) if any_row else []

@@ -127,7 +127,7 @@ def _decisions_plan(p: Path, steps: int | None) -> _DecisionsPlan | None:
     One connection and one snapshot for every question (a small run's frame would otherwise
     open the file four times before reading a row).
     """
-    from vivarium.trace.db import FILLED_META_KEY
+    from vivarium.trace.db import listed_filled
 
     end = None if steps is None else steps << SEQ_BITS  # the first key not read
     con = read_connection(p)
@@ -138,8 +138,8 @@ def _decisions_plan(p: Path, steps: int | None) -> _DecisionsPlan | None:
         ).fetchone()
         if has is None:
             return None
-        row = con.execute("SELECT value FROM meta WHERE key = ?", (FILLED_META_KEY,)).fetchone()
-        filled = frozenset(json.loads(row[0])) if row else frozenset(c.name for c in DECISIONS)
+        listed = listed_filled(con)
+        filled = frozenset(c.name for c in DECISIONS if listed is None or c.name in listed)
         # One aggregate a query: SQLite answers a lone min() or max() of the key from an end of
         # the B-tree, but scans every row for them together (and for count(*)); the count,
         # which only decides whether to read in halves, is the steps table's.

@@ -73,7 +73,6 @@ of it).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -522,9 +521,11 @@ def decision_stats(con: sqlite3.Connection) -> DecisionStats:
     that succeeded (in a run of full steps every agent decided once per step, so its count is
     the steps': no count per agent), or, in an autonomous run, one ``GROUP BY`` the agents'.
     """
+    from vivarium.trace.db import listed_filled
+
     ids = [row[0] for row in con.execute("SELECT agent_id FROM agents ORDER BY agent_idx")]
     decisions, full, steps = _steps_shape(con, len(ids))
-    filled = _filled(con)
+    filled = listed_filled(con)
     failed: list[Failed] = []
     if decisions and (filled is None or filled & {"success", "fallback"}):
         failed = [
@@ -546,15 +547,6 @@ def decision_stats(con: sqlite3.Connection) -> DecisionStats:
         return {ids[idx]: (count, bool(best)) for idx, count, best in rows}
 
     return _stats(_Source(ids, decisions, full, steps, failed, succeeded, per_agent))
-
-
-def _filled(con: sqlite3.Connection) -> set[str] | None:
-    """The decision columns some row wrote (the writer's meta), or None when not recorded."""
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'decision_columns_filled'").fetchone()
-    except sqlite3.Error:
-        return None
-    return set(json.loads(row[0])) if row else None
 
 
 def _stats_of_frame(p: Path, full: bool, steps: int) -> DecisionStats:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vivarium.trace.onefile import read_connection
-from vivarium.trace.schema import SCHEMA_VERSION
+from vivarium.trace.schema import LLM_TEXTS, SCHEMA_VERSION
 
 # The request fields stored as texts of their own; every other field goes to ``params``.
 _SPLIT = ("messages", "tools")
@@ -59,11 +59,8 @@ class TextStore:
         self._ids: dict[str, int] = dict(known)
         self._next = max(self._ids.values(), default=0) + 1
         self.lines = version >= LINES_SINCE
-        self.insert_sql = (
-            "INSERT INTO llm_texts VALUES (?, ?)"
-            if self.lines
-            else "INSERT INTO llm_texts VALUES (?, ?, ?)"
-        )
+        marks = ", ".join("?" * len(LLM_TEXTS.columns_of(version)))  # schema 3: a digest too
+        self.insert_sql = f"INSERT INTO llm_texts VALUES ({marks})"
         # ``llm_calls.messages`` as written: compact from schema 4 ("[1,[2,3]]"), as before it.
         self.separators = (",", ":") if self.lines else (", ", ": ")
         self.pending: list[tuple[Any, ...]] = []  # rows of llm_texts not yet written

@@ -132,7 +132,11 @@ class Table:
     @property
     def columns(self) -> tuple[Column, ...]:
         """Every column this version writes, in file order."""
-        return tuple(c for block in self.blocks for c in block if c.in_version(SCHEMA_VERSION))
+        return self.columns_of(SCHEMA_VERSION)
+
+    def columns_of(self, version: int) -> tuple[Column, ...]:
+        """The columns a file of schema ``version`` has, in file order."""
+        return tuple(c for block in self.blocks for c in block if c.in_version(version))
 
     @property
     def frame_columns(self) -> tuple[Column, ...]:
@@ -644,7 +648,7 @@ def ddl_of(version: int) -> str:
     for declared in SCHEMA:
         if version < 3 and declared is STEPS:
             statements += [STEPS_V2.ddl(version), actions_view_v2_ddl()]
-        elif not any(c.in_version(version) for block in declared.blocks for c in block):
+        elif not declared.columns_of(version):
             continue  # a table that version did not have
         else:
             statements.append(declared.ddl(version))

@@ -87,7 +87,7 @@ def _counts(con: sqlite3.Connection) -> list[tuple[str | None, int, int, int]]:
     not 0; a fallback left empty is not one), and not at all when the writer's meta says no
     row ever wrote them (every decision then succeeded and none fell back).
     """
-    from vivarium.trace.health import _filled
+    from vivarium.trace.db import listed_filled
 
     actions = [
         a
@@ -95,7 +95,7 @@ def _counts(con: sqlite3.Connection) -> list[tuple[str | None, int, int, int]]:
             "SELECT DISTINCT action FROM decisions LIMIT ?", (_FEW_ACTIONS + 1,)
         )
     ]
-    filled = _filled(con)
+    filled = listed_filled(con)
     read = filled is None or bool(filled & {"success", "fallback"})
     if len(actions) > _FEW_ACTIONS:  # many actions: one sort is cheaper than many filters
         return [

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vivarium.errors import TraceError
-from vivarium.trace.db import FILLED_META_KEY, TraceDb
+from vivarium.trace.db import TraceDb, listed_filled
 from vivarium.trace.onefile import writer_alive
 from vivarium.trace.records import (
     ACTION_COLUMNS,
@@ -335,10 +335,9 @@ def _check_filled(con: sqlite3.Connection, report: ValidationReport, filled: set
     ``filled`` may name more than the rows fill (told from arrays whose form SQLite may write
     otherwise, ``_Shapes``): a column the meta does not list is asked of the rows themselves.
     """
-    row = con.execute("SELECT value FROM meta WHERE key = ?", (FILLED_META_KEY,)).fetchone()
-    if row is None:
+    listed = listed_filled(con)
+    if listed is None:
         return  # not listed: the frames read every column
-    listed = set(json.loads(row[0]))
     for name in ACTION_COLUMNS:
         if name in listed or name not in filled:
             continue
