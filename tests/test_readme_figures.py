@@ -109,6 +109,8 @@ FIGURES: dict[str, Cell | Text] = {
         _SERVED, r"best / median / worst: \d+% / (\d+%) / \d+%"
     ),
     r"(\d+%) of all prompt tokens": Text(_SERVED, r"served from the server's cache .*?\((\d+%)\)"),
+    r"a call adds (\d+) B to the trace": Text("llm_scale", r"\((\d+) B a call\)"),
+    r"(\d+) B of it new text": Cell("llm_scale", ("new text stored a call",), "value", 0),
 }
 
 # What the README states as measured: a ratio, or CPU time a decision.
