@@ -386,6 +386,65 @@ class Run(TraceRun):
                 self.path, progress=progress, llm=llm, open_run=type(self).open, stacklevel=2
             )
 
+    def fork(
+        self,
+        at_step: int,
+        /,
+        *,
+        db: str | os.PathLike[str] | None = None,
+        **changes: Any,
+    ) -> Experiment:
+        """The experiment that repeats this run before ``at_step`` and follows ``changes`` after.
+
+        ``run.fork(10, llm={"system_prompt": "..."}).run()``: the child's steps before
+        ``at_step`` are this run's, copied (never run, nor called, again): the same
+        decisions, state hashes, messages, reporters and LLM calls. From ``at_step`` on it
+        runs under its own config: this run's with ``changes`` merged in, as ``Experiment``
+        merges fields (any field: a seed, a world option, the LLM settings, a group's policy,
+        ``agents`` with one group changed). The state it starts from is this run's after step
+        ``at_step - 1``: the world, every agent's memory and generator (an agent whose policy
+        class changed starts its new policy fresh). A change of ``seed`` reaches what is drawn
+        from the run's seed step by step (the order of agents, the LLM's sampling seed); a
+        generator a policy or the world keeps in its state goes on as the parent's did.
+
+        The child records its parent and fork step (``lineage``); a fork of a fork works. A
+        fork without changes is this run: the same run id and, run, the same bytes. Its trace
+        goes to ``db``, else beside this one (``<name>.fork<step>.<id>.sqlite``).
+
+        Args:
+            at_step: The child's first own step: 0 to the steps this run committed.
+            db: Where the child's trace goes.
+            **changes: Config fields (and ``model_reporters`` / ``agent_reporters``).
+
+        Returns:
+            The child's ``Experiment``; ``.run()`` makes it (and resumes it after a stop).
+
+        Raises:
+            ConfigError: ``at_step`` is out of range or a change is not a config field; when
+                run: this run's world or policies cannot save their state at ``at_step``.
+        """
+        from vivarium.experiment.runner import fork_base
+
+        base = fork_base(self.path, at_step)
+        child = Experiment(base, **changes) if changes else Experiment(base)
+        if child.config.fork_of != base.fork_of:
+            raise ConfigError("fork_of is set by the fork itself, not given as a change")
+        path = db if db is not None else runner.fork_trace_path(self.path, child.config)
+        child.config = child.config.model_copy(update={"db": str(path)})
+        return child
+
+    @property
+    def lineage(self) -> list[Any]:
+        """This run, then the run it forked, and so on: ``(run_id, path, fork_step)`` each.
+
+        ``fork_step`` is the step from which that run followed its own config (None for a run
+        that is no fork); a parent whose trace has moved ends the list with its run id and no
+        path.
+        """
+        from vivarium.trace.fork_file import lineage
+
+        return lineage(self.path)
+
     def interview(
         self,
         agent_id: str,

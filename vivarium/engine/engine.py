@@ -377,10 +377,7 @@ class WorldEngine:
             vivarium_version=_version(),
             config=self.config.model_dump(),
         )
-        agents = [
-            (i, aid, policy_name(p), self._recorded_seed(aid, p))
-            for i, (aid, p) in enumerate(zip(self.agent_ids, self.policies, strict=True))
-        ]
+        agents = self.agent_rows()
         # Recorded whole or not at all: a Ctrl-C here waits until the run record is committed
         # (then stops the run, which records that it was interrupted).
         with interrupts_deferred():
@@ -388,6 +385,13 @@ class WorldEngine:
                 self.trace_db.set_meta(REPORTERS_META_KEY, canonical_json(self.reporters.names()))
             self.trace_db.begin_run(meta, agents)
             self._run_started = True
+
+    def agent_rows(self) -> list[tuple[int, str, str, str | None]]:
+        """The trace's agents rows: (agent index, agent id, policy name, recorded seed)."""
+        return [
+            (i, aid, policy_name(p), self._recorded_seed(aid, p))
+            for i, (aid, p) in enumerate(zip(self.agent_ids, self.policies, strict=True))
+        ]
 
     def _recorded_seed(self, agent_id: str, policy: object) -> str | None:
         """As ``agent_seeds`` gives it; an agent it does not name: as its policy reports it."""

@@ -294,6 +294,23 @@ class AgentGroup(BaseModel):
     )
 
 
+class ForkOrigin(BaseModel):
+    """Where a fork comes from: its parent run and the step from which it follows its own config.
+
+    ``trace`` says where the parent's trace is, to copy its steps from; it is where, not what,
+    and stays out of the run's identity (the parent's run id names the parent).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(min_length=1)
+    step: int = Field(ge=0, le=MAX_STEPS)
+    trace: str | None = None
+    parent_fork: dict[str, Any] | None = Field(
+        default=None, description="the parent's own fork_of, as its identity holds it"
+    )
+
+
 class ExperimentConfig(BaseModel):
     """Everything that defines a run. Same config and seed -> byte-identical trace.
 
@@ -380,6 +397,11 @@ class ExperimentConfig(BaseModel):
         default=None, description="folder relative agent paths are resolved from (the config's)"
     )
     llm: LLMConfig | None = None
+    fork_of: ForkOrigin | None = Field(
+        default=None,
+        description="the run this one forks, and the step from which it follows this config "
+        "(set by Run.fork and vvm fork)",
+    )
 
     @field_validator("inputs")
     @classmethod
@@ -466,6 +488,7 @@ class ExperimentConfig(BaseModel):
                 "code_digests",
                 "input_digests",
                 "opaque_inputs",
+                "fork_of",
             }
         )
         # User code given as objects: named as it is now (the values it reads included).
@@ -520,6 +543,17 @@ class ExperimentConfig(BaseModel):
                     del dumped["policy_options"]
                 if not self.group_enabled(group):
                     dumped["enabled"] = False
+        if self.fork_of is not None:
+            # A fork that changes nothing is its parent (same id, same bytes); any other
+            # names its parent and step, so that two forks of two runs never share an id.
+            from vivarium.seeding import canonical_json, derive_run_id
+
+            fork = self.fork_of
+            same = data if fork.parent_fork is None else {**data, "fork_of": fork.parent_fork}
+            if derive_run_id(self.name, canonical_json(same)) == fork.run_id:
+                data = same
+            else:
+                data["fork_of"] = {"run_id": fork.run_id, "step": fork.step}
         return data
 
     def current_input_digests(self) -> dict[str, str]:

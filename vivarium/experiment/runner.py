@@ -322,6 +322,22 @@ def run_experiment(
     path = trace_path(config, db, overwrite=overwrite, folder=folder, stacklevel=stacklevel + 1)
     check_new_trace_path(path)
     done = None if overwrite else unfinished_steps(path, config)
+    if done is None and config.fork_of is not None:
+        # A fork begins as its parent's steps before the fork, copied, and its state there;
+        # from then on it is an unfinished run like any other, finished by a resume.
+        copied = start_fork(config, path)
+        if copied and is_complete(open_run(path)):
+            return open_run(path)  # a fork that changes nothing: its finished parent, copied
+        return resume_run(
+            path,
+            progress=progress,
+            llm=transport_settings(config),
+            open_run=open_run,
+            stacklevel=stacklevel + 1,
+            on_step=on_step,
+            on_start=on_start,
+            _fork_begins=not copied,
+        )
     if done is not None:
         # The same run, stopped (Ctrl-C, an outage, a killed process) after committing steps:
         # a cell run again goes on from there instead of throwing them away.
@@ -452,6 +468,7 @@ def resume_run(
     stacklevel: int = 1,
     on_step: Callable[[int, Any], None] | None = None,
     on_start: Callable[[Any], None] | None = None,
+    _fork_begins: bool = False,
 ) -> R:
     """Finish an interrupted run in place: its trace ends as if the run had never stopped.
 
@@ -492,6 +509,8 @@ def resume_run(
             a ``RunHealthWarning`` points.
         on_step: Called after each step with the step and its record (re-executed ones too).
         on_start: Called with the engine once it is built, before the first step.
+        _fork_begins: The trace is a fork's, just written (``start_fork``): its ``running``
+            status is its start, not a killed process.
 
     Returns:
         The finished run (as it was when it had nothing left to do).
@@ -529,7 +548,9 @@ def resume_run(
     shared: dict[str, Any] = {}
     bar = None
     phase = "build"
-    killed = [meta["status"] == "running"]  # left running: the writer's lock was free
+    # Left running: the writer's lock was free, so its process was killed (unless the file
+    # is a fork's, just made, which begins so).
+    killed = [meta["status"] == "running" and not _fork_begins]
     try:
         if redo:
             engine = build_engine(config, None, shared)
@@ -549,7 +570,7 @@ def resume_run(
             try:
                 engine.run(done - start, progress=bar, on_step=on_step, finish=False)
             except (ResumeDiverged, RunAborted):
-                if start == 0:
+                if start == first_own_step(config):
                     raise
                 # Restored from a checkpoint that held less than the run's state (a
                 # snapshot() that leaves something out): it vouched for the step after it,
@@ -634,10 +655,22 @@ def _rebuilt(
     from vivarium.gateways.recorded import RecordedCalls
     from vivarium.trace.resume import recorded_calls, recorded_hashes, usable_checkpoints
 
+    # A fork starts from its fork's checkpoint, not from step 0: the steps before it are its
+    # parent's, made under the parent's config (``start_fork``).
+    first = first_own_step(config)
+    found = usable_checkpoints(path, done) if checkpoints or first else []
     candidates: list[Any] = []
     if checkpoints:  # (without: from the run's start, a checkpoint having failed its steps)
-        candidates = [c for c in usable_checkpoints(path, done) if c.step < done - 1][:1]
-    candidates.append(None)
+        candidates = [c for c in found if first - 1 < c.step < done - 1][:1]
+    base = None
+    if first:
+        base = next((c for c in found if c.step == first - 1), None)
+        if base is None:
+            raise TraceError(
+                f"{path}: the state this fork started from (its checkpoint after step "
+                f"{first - 1}) is missing; fork its parent again"
+            )
+    candidates.append(base)
     for checkpoint in candidates:
         engine = build_engine(config, None, shared)
         engine.trace_db = trace
@@ -646,12 +679,17 @@ def _rebuilt(
         if checkpoint is not None:
             if not _restore(engine, checkpoint):
                 _discard(shared)
+                if checkpoint is base:
+                    raise ConfigError(
+                        f"{path}: this fork's world or policies cannot take the state it "
+                        f"started from (after step {first - 1})"
+                    )
                 continue
             start = checkpoint.step + 1
         # The calls are read from the trace as the re-execution reaches their steps.
         shared["recorded_calls"] = calls = RecordedCalls(recorded_calls(path, start, done))
         engine.replay_recorded(recorded_hashes(path, start, done), calls)
-        if checkpoint is None or config.mode == "autonomous":
+        if checkpoint is base or config.mode == "autonomous":
             return engine, start
         try:  # the first step after the checkpoint vouches for it
             engine.run(1, finish=False)
@@ -660,6 +698,219 @@ def _rebuilt(
             continue
         return engine, start + 1
     raise AssertionError("unreachable: the run's start is always a candidate")
+
+
+# -- forks ------------------------------------------------------------------------------------
+def first_own_step(config: ExperimentConfig) -> int:
+    """The first step a run makes under its own config: a fork's step, else 0."""
+    fork = config.fork_of
+    if fork is None or config.resolved_run_id() == fork.run_id:
+        return 0  # no fork, or one that changes nothing: the parent's run itself
+    return fork.step
+
+
+def fork_base(parent: str | os.PathLike[str], at_step: int) -> ExperimentConfig:
+    """The config of a fork of the run at ``parent`` at ``at_step``, before its changes.
+
+    The parent's recorded config (its options given as objects taken back from this process,
+    its agent folders found from its trace's folder), its run id and db left out, and
+    ``fork_of`` naming the parent, the step and where its trace is.
+
+    Raises:
+        ConfigError: ``at_step`` is not a step from 0 to the steps the parent committed.
+    """
+    from vivarium.experiment.config import ForkOrigin
+
+    p = Path(parent)
+    meta = _open_trace_run(p).metadata
+    done = int(meta["steps_done"])
+    if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= done:
+        raise ConfigError(
+            f"fork {p}: at_step must be a step from 0 to {done} (the steps it committed), "
+            f"not {at_step!r}"
+        )
+    recorded = _anchor_agent_folders(p, _resume_config(p, meta, None))
+    data = recorded.model_dump()
+    data.update(run_id=None, db=None)
+    data["fork_of"] = ForkOrigin(
+        run_id=meta["run_id"],
+        step=at_step,
+        trace=str(p),
+        parent_fork=meta["config"].get("fork_of"),
+    ).model_dump()
+    return make_config(ExperimentConfig, data, where=f"fork {p}")
+
+
+def fork_trace_path(parent: str | os.PathLike[str], config: ExperimentConfig) -> Path:
+    """Where a fork's trace goes by default: beside its parent's, named by step and run id."""
+    p = Path(parent)
+    fork = config.fork_of
+    step = 0 if fork is None else fork.step
+    return p.with_name(f"{p.stem}.fork{step}.{config.resolved_run_id()[-8:]}.sqlite")
+
+
+def start_fork(config: ExperimentConfig, path: Path) -> bool:
+    """Write the file a fork begins as at ``path`` (``vivarium.trace.fork_file``).
+
+    The parent's steps before the fork step ``t`` are copied, never run again; its state
+    after step ``t - 1`` is rebuilt as a resume rebuilds a run's (the parent's engine,
+    restored from its latest usable checkpoint, re-executes its committed steps without
+    writing, every LLM call answered from its trace, every step checked against its state
+    hash), then handed to the child's engine, built from the child's config. An agent whose
+    policy class the fork changed starts its new policy fresh; every other state (the world,
+    the agents' memories, their generators) goes on from the parent's. A fork that changes
+    nothing (its config is its parent's, so its run id too) is its parent, copied.
+
+    Returns:
+        True for a fork that changes nothing (the parent's file was copied as it is).
+
+    Raises:
+        ConfigError: The parent cannot be found or forked at that step, or the child cannot
+            take its state (one line).
+    """
+    from vivarium.trace.db import recorded_run_id
+    from vivarium.trace.fork_file import ForkState, write_fork_file
+
+    fork = config.fork_of
+    assert fork is not None
+    where = f"fork of {fork.run_id} at step {fork.step}"
+    if fork.trace is None:
+        raise ConfigError(f"{where}: fork_of.trace, where the parent's trace is, is not given")
+    parent = Path(fork.trace)
+    try:
+        held = recorded_run_id(parent) if parent.is_file() else None
+    except TraceError:
+        held = None
+    if held != fork.run_id:
+        found = "no file" if not parent.is_file() else f"run {held}"
+        raise ConfigError(f"{where}: {parent} holds {found}, not the parent run")
+    if parent.resolve() == path.resolve():
+        raise ConfigError(f"{where}: the fork would replace its parent {parent}; give it a db")
+    run = _open_trace_run(parent)
+    meta = run.metadata
+    done = int(meta["steps_done"])
+    if fork.step > done:
+        raise ConfigError(f"{where}: {parent} has {done} steps committed; fork at 0 to {done}")
+    if fork.step > config.steps:
+        raise ConfigError(f"{where}: the fork runs {config.steps} steps, fewer than its fork step")
+    if config.resolved_run_id() == fork.run_id:
+        from vivarium.trace.fork_file import copy_trace
+
+        copy_trace(parent, path)
+        return True
+    state = None
+    shared: dict[str, Any] = {}
+    try:
+        child = build_engine(config, None, shared)
+        if fork.step:
+            state = _fork_state(config, parent, meta, child, where)
+        meta_rows = _fork_meta(config, child)
+        from vivarium.engine.interrupts import interrupts_deferred
+
+        with interrupts_deferred():
+            write_fork_file(
+                parent,
+                path,
+                at_step=fork.step,
+                meta=child.metadata,
+                agents=child.agent_rows(),
+                state=state if state is None else ForkState(*state),
+                created=None if config.deterministic_timestamps else _now(),
+                meta_rows=meta_rows,
+            )
+    finally:
+        _discard(shared)
+    return False
+
+
+def _fork_state(
+    config: ExperimentConfig, parent: Path, meta: dict[str, Any], child: WorldEngine, where: str
+) -> tuple[int, str, str, str]:
+    """The parent's state after the step before the fork, as the child's checkpoint holds it."""
+    from vivarium.seeding import canonical_json
+
+    fork = config.fork_of
+    assert fork is not None
+    pconfig = _anchor_cassette(
+        parent, _anchor_agent_folders(parent, _resume_config(parent, meta, None))
+    )
+    if pconfig.mode == "autonomous":
+        raise ConfigError(f"{where}: an autonomous run is forked at step 0 only")
+    _check_registered_code(parent, pconfig)
+    shared: dict[str, Any] = {}
+    try:
+        engine = build_engine(pconfig, None, shared)
+        if not engine.world_capabilities.checkpoints:
+            raise ConfigError(
+                f"{where}: world {type(engine.world).__name__} cannot save its state "
+                "(snapshot()/restore()), which a fork after step 0 starts from; fork at step 0, "
+                "or give the world both methods"
+            )
+        if engine.agent_ids != child.agent_ids:
+            raise ConfigError(
+                f"{where}: a fork keeps its parent's agents ({len(engine.agent_ids)}: "
+                f"{_few(engine.agent_ids)}), not {len(child.agent_ids)} ({_few(child.agent_ids)})"
+            )
+        _discard(shared)
+        engine, start = _rebuilt(pconfig, parent, fork.step, shared, None)  # type: ignore[arg-type]
+        engine.run(fork.step - start, finish=False)
+        saved = engine.checkpoint_state()
+        agents = saved["agents"]
+        for idx, agent_id in enumerate(child.agent_ids):
+            if type(child.policies[idx]) is not type(engine.policies[idx]):
+                # A policy the fork changed starts fresh; the agent's own state goes on.
+                fresh = child.capabilities[idx].stateful
+                agents[agent_id]["policy"] = child.policies[idx].get_state() if fresh else None
+        state = (
+            fork.step - 1,
+            engine.state_hash,
+            canonical_json(saved["world"]),
+            canonical_json(agents),
+        )
+    except ResumeDiverged as exc:
+        raise ConfigError(
+            f"{where}: the parent cannot be re-executed to its state: {exc}"
+        ) from None
+    finally:
+        _discard(shared)
+    from vivarium.trace.resume import Checkpoint
+
+    if not _restore(child, Checkpoint(*state)):
+        raise ConfigError(
+            f"{where}: the fork's world or policies cannot take the parent's state after step "
+            f"{fork.step - 1} (a world or policy the fork changed saves another kind of state)"
+        )
+    return state
+
+
+def _few(ids: list[str]) -> str:
+    return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+
+
+def _fork_meta(config: ExperimentConfig, child: WorldEngine) -> dict[str, str | None]:
+    """The meta a fork records as any run does: its code, its reporters, its LLM settings.
+
+    None removes a key the parent's file had (a fork without the parent's LLM agents).
+    """
+    from vivarium.engine.reporters import REPORTERS_META_KEY
+    from vivarium.experiment.identity import CODE_META_KEY, package_code_digest
+    from vivarium.seeding import canonical_json
+    from vivarium.trace.resume import LLM_SETTINGS_KEY
+
+    settings = llm_settings(config)
+    rows: dict[str, str | None] = {
+        CODE_META_KEY: package_code_digest(),
+        LLM_SETTINGS_KEY: None if settings is None else canonical_json(settings),
+    }
+    if child.reporters is not None:
+        rows[REPORTERS_META_KEY] = canonical_json(child.reporters.names())
+    return rows
+
+
+def _now() -> str:
+    from vivarium.trace.db import now_iso
+
+    return now_iso()
 
 
 def _discard(shared: dict[str, Any]) -> None:

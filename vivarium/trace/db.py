@@ -565,6 +565,45 @@ def _add_aam_compat(con: sqlite3.Connection, run_id: str | None = None) -> None:
         con.execute(statement)
 
 
+def write_run_record(
+    con: sqlite3.Connection,
+    meta: RunMetadata,
+    agents: Iterable[tuple[int, str, str, str | None]],
+    *,
+    created: str | None,
+    steps_done: int = 0,
+) -> None:
+    """Write the run's record, its agents and aam's columns (inside the caller's transaction).
+
+    The one writer of a ``runs`` row: a run's start (``TraceDb.begin_run``) and a fork's file
+    (``vivarium.trace.fork_file``), which begins its run ``steps_done`` steps in.
+    """
+    from vivarium.seeding import canonical_json
+
+    con.execute(
+        "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            meta.run_id,
+            meta.name,
+            meta.world,
+            meta.policy,
+            str(meta.seed),
+            meta.agents,
+            meta.steps,
+            meta.scheduling,
+            meta.vivarium_version,
+            canonical_json(meta.config),
+            "running",
+            steps_done,
+            None,
+            created,
+            None,
+        ),
+    )
+    con.executemany("INSERT OR REPLACE INTO agents VALUES (?, ?, ?, ?)", list(agents))
+    _add_aam_compat(con, meta.run_id)
+
+
 def _truncate(con: sqlite3.Connection, step: int) -> None:
     """Drop every row after ``step`` and mark the run running again (inside a transaction)."""
     for table in ("steps", "messages", "llm_calls", "transitions", "checkpoints"):
@@ -749,31 +788,9 @@ class TraceDb:
         """
         agent_rows = list(agents)
         created = self._stamp()
-        from vivarium.seeding import canonical_json
 
         def rows(con: sqlite3.Connection) -> None:
-            con.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    meta.run_id,
-                    meta.name,
-                    meta.world,
-                    meta.policy,
-                    str(meta.seed),
-                    meta.agents,
-                    meta.steps,
-                    meta.scheduling,
-                    meta.vivarium_version,
-                    canonical_json(meta.config),
-                    "running",
-                    0,
-                    None,
-                    created,
-                    None,
-                ),
-            )
-            con.executemany("INSERT OR REPLACE INTO agents VALUES (?, ?, ?, ?)", agent_rows)
-            _add_aam_compat(con, meta.run_id)
+            write_run_record(con, meta, agent_rows, created=created)
 
         if self._resume_from is not None:
             self._deferred.append(rows)
