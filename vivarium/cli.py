@@ -573,6 +573,60 @@ def _cmd_interview(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_set_items(items: list[str] | None) -> dict[str, Any]:
+    """``["seed=7", "llm.system_prompt=Be brief."]`` -> config fields (``vvm fork --set``).
+
+    A dotted key sets a key of a section (``llm.temperature=0.7``); values are read as YAML
+    scalars or collections (``agents=3``, ``action_space=[noop, emit_event]``), text as text.
+
+    Raises:
+        ConfigError: An item is not ``KEY=VALUE``.
+    """
+    import yaml
+
+    fields: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        parts = [part.strip() for part in key.split(".")]
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE (a section key as llm.KEY)")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        target = fields
+        for part in parts[:-1]:
+            inner = target.setdefault(part, {})
+            if not isinstance(inner, dict):
+                raise ConfigError(f"--set {item!r}: {part} is given as a value and as a section")
+            target = inner
+        target[parts[-1]] = value
+    return fields
+
+
+def _cmd_fork(args: argparse.Namespace) -> int:
+    from vivarium.facade import Run
+
+    parent = Run.open(args.db)
+    changes = parse_set_items(args.set)
+    llm = _llm_overrides(args)  # how the fork's new calls are made: a server, a key
+    if llm and (parent.config is None or parent.config.llm is not None):
+        given = changes.get("llm")
+        changes["llm"] = {**(given if isinstance(given, dict) else {}), **llm}
+    child = parent.fork(args.at_step, db=args.out, **changes)
+    start = time.perf_counter()
+    run = child.run(progress=False if args.no_progress else None)
+    _summarise(run, time.perf_counter() - start)
+    fork = run.lineage[0]
+    where = (
+        "its parent, copied (nothing changed)"
+        if run.run_id == parent.run_id
+        else (f"a fork of {parent.run_id} at step {fork.fork_step}")
+    )
+    print(f"  {where}")
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep: exit 0 when every run is complete, else 1.
 
@@ -833,6 +887,33 @@ def build_parser() -> argparse.ArgumentParser:
     pi.add_argument("--api-base", default=None)
     pi.add_argument("--api-key", default=None, help="or env VIVARIUM_API_KEY")
     pi.set_defaults(func=_cmd_interview)
+
+    pk = sub.add_parser(
+        "fork", help="run a recorded run again from a step on, with some of its config changed"
+    )
+    pk.add_argument("db", type=Path, help="trace file of the parent run")
+    pk.add_argument(
+        "--at-step",
+        type=_positive("--at-step", 0),
+        required=True,
+        help="the fork's first own step (the steps before are the parent's, copied)",
+    )
+    pk.add_argument(
+        "--set",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="a config change, e.g. --set seed=7 --set llm.system_prompt='Be brief.' "
+        "(repeatable; none: the fork is its parent)",
+    )
+    pk.add_argument(
+        "--out", type=Path, default=None, help="the fork's trace (default: beside the parent's)"
+    )
+    pk.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rk = pk.add_argument_group("LLM: how the fork's new calls are made (never recorded: the key)")
+    rk.add_argument("--api-base", default=None)
+    rk.add_argument("--api-key", default=None, help="or env VIVARIUM_API_KEY")
+    pk.set_defaults(func=_cmd_fork)
 
     ps = sub.add_parser("sweep", help="run a config over a grid of parameters and seeds")
     ps.add_argument("config", type=Path, help="config file (may hold a `sweep:` section)")

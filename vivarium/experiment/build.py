@@ -22,6 +22,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -112,8 +113,34 @@ def shared_gateway(config: ExperimentConfig, shared: dict[str, Any]) -> Any:
     if "gateway" not in shared:
         from vivarium.gateways.stack import build_gateway
 
-        shared["gateway"] = build_gateway(gateway_settings(config.llm_in_force), config.seed)
+        gateway = build_gateway(gateway_settings(config.llm_in_force), config.seed)
+        shared["gateway"] = _with_parent_replies(config, gateway)
     return shared["gateway"]
+
+
+def _with_parent_replies(config: ExperimentConfig, gateway: Any) -> Any:
+    """A fork's stack under the layer that serves what its parent asked from the parent's record.
+
+    Only a fork that changes something (a fork without changes is its parent, copied) whose
+    parent's trace is where the fork recorded it.
+    """
+    fork = config.fork_of
+    if fork is None or fork.trace is None or config.resolved_run_id() == fork.run_id:
+        return gateway
+    from vivarium.gateways.parent_replies import ParentRepliesGateway
+    from vivarium.gateways.recorded import split_calls
+    from vivarium.trace.resume import recorded_calls
+    from vivarium.trace.run import read_run_record
+
+    parent = Path(fork.trace)
+    done = int(read_run_record(parent)["steps_done"])
+    calls = (
+        call
+        for _, decisions in recorded_calls(parent, fork.step, done)
+        for rows in decisions.values()
+        for call in split_calls(rows)
+    )
+    return ParentRepliesGateway(gateway, calls)
 
 
 # -- built-in worlds ----------------------------------------------------------------------------

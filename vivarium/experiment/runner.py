@@ -883,6 +883,18 @@ def _fork_state(
     return state
 
 
+def _fork_parent(path: Path) -> str | None:
+    """Where the fork at ``path`` found its parent's trace (None: not recorded)."""
+    from vivarium.trace.db import read_meta
+    from vivarium.trace.fork_file import FORK_PARENT_META_KEY
+
+    reference = read_meta(path, FORK_PARENT_META_KEY)
+    if reference is None:
+        return None
+    parent = Path(reference)
+    return str(parent if parent.is_absolute() else path.resolve().parent / parent)
+
+
 def _few(ids: list[str]) -> str:
     return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
 
@@ -1088,6 +1100,8 @@ def _resume_config(p: Path, meta: dict[str, Any], llm: dict[str, Any] | None) ->
 
     data = restore_option_objects(dict(meta["config"]), f"resume {p}")
     data.update(run_id=meta["run_id"], db=str(p))
+    if isinstance(data.get("fork_of"), dict):  # where its parent is: recorded beside the run
+        data["fork_of"] = {**data["fork_of"], "trace": _fork_parent(p)}
     given = dict(llm or {})
     recorded = recorded_llm_settings(p)
     pace = recorded.pop("max_concurrency", None)

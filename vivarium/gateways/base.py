@@ -463,9 +463,21 @@ class CallRecord:
     error: str | None = None
     request: dict[str, Any] | None = None
     reply: dict[str, Any] | None = None
+    source: str | None = None
+    """Where the reply came from when no layer of this run's stack made it: ``parent`` (a
+    fork's parent's recording, ``vivarium.gateways.parent_replies``); None otherwise."""
 
     def row(self, agent_idx: int) -> tuple[Any, ...]:
-        """The ``llm_calls`` row of this attempt for the agent at ``agent_idx``."""
+        """The ``llm_calls`` row of this attempt for the agent at ``agent_idx``.
+
+        A ``source``, when there is one, follows the texts (the writer keeps it beside the
+        row, in ``llm_call_sources``).
+        """
+        if self.source is not None:
+            return (*self._row(agent_idx), self.source)
+        return self._row(agent_idx)
+
+    def _row(self, agent_idx: int) -> tuple[Any, ...]:
         return (
             agent_idx,
             self.attempt,

@@ -44,7 +44,7 @@ from vivarium.gateways.base import (
 )
 from vivarium.gateways.request_key import request_keys
 
-__all__ = ["CallRow", "DecisionCalls", "RecordedCalls"]
+__all__ = ["CallRow", "DecisionCalls", "RecordedCalls", "replay_call", "split_calls"]
 
 # How the retry layer words a call that failed on its last attempt (``retry.RetryGateway``).
 _MAX_GIVE_UP_CHARS = 600
@@ -115,7 +115,7 @@ class DecisionCalls:
         for key in keys:
             queue = self._left.get(key)
             if queue:
-                return functools.partial(_replay, request, queue.popleft())
+                return functools.partial(replay_call, request, queue.popleft())
         if any(self._left.values()):
             raise ResumeDiverged(
                 f"its LLM request {keys[0][:12]} is not the one recorded at this step (model "
@@ -180,8 +180,22 @@ class RecordedCalls(Mapping[tuple[int, int], DecisionCalls]):
             close()
 
 
-def _replay(request: LLMRequest, attempts: list[CallRow]) -> LLMResponse:
-    """Give the call's records again; return its reply, or raise its failure."""
+def split_calls(rows: Sequence[Sequence[Any]]) -> list[list[CallRow]]:
+    """One decision's recorded rows (``recorded_calls``' fields) as its calls' attempts."""
+    return _calls([CallRow(*row) for row in rows])
+
+
+def replay_call(
+    request: LLMRequest, attempts: list[CallRow], *, source: str | None = None
+) -> LLMResponse:
+    """Give a recorded call's records again; return its reply, or raise its failure.
+
+    Args:
+        request: The request asked now (the one recorded, by its key).
+        attempts: The call's recorded attempts, in order.
+        source: Where the records say the reply came from, when it is another run's record
+            (``parent``): each attempt is then a cache hit of this run (no call was made).
+    """
     for row in attempts:
         record_call(
             CallRecord(
@@ -192,15 +206,19 @@ def _replay(request: LLMRequest, attempts: list[CallRow]) -> LLMResponse:
                 completion_tokens=row.completion_tokens,
                 cost=row.cost,
                 latency_ms=row.latency_ms,
-                cache_hit=bool(row.cache_hit),
+                cache_hit=True if source is not None else bool(row.cache_hit),
                 finish_reason=row.finish_reason,
                 error=row.error,
                 reply=None if row.reply is None else dict(row.reply),
+                source=source,
             )
         )
     last = attempts[-1]
     if last.error is None:
-        return _response(request, last)
+        response = _response(request, last)
+        if source is not None:
+            response = response.model_copy(update={"cache_hit": True})
+        return response
     if last.error.startswith(_AGENT_TIMEOUT):
         from vivarium.gateways.cache import ReplayedAgentTimeout
 

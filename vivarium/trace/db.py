@@ -41,6 +41,7 @@ from vivarium.trace.records import ACTION_COLUMNS, StepRecord
 from vivarium.trace.schema import (
     APPLICATION_ID,
     DDL,
+    LLM_CALL_SOURCES,
     LLM_CALLS,
     REPORTER_TABLES,
     RESUMABLE_VERSIONS,
@@ -130,6 +131,10 @@ _MAX_VARIABLES = 2400  # parameters per statement (SQLite allows 32,766; a few h
 
 _INSERT_MODEL_VARS = "INSERT OR REPLACE INTO model_vars VALUES (?, ?, ?, ?)"
 _INSERT_AGENT_VARS = "INSERT OR REPLACE INTO agent_vars VALUES (?, ?, ?, ?)"
+_NEXT_CALL_ID = "SELECT coalesce(max(id), 0) + 1 FROM llm_calls"
+_CREATE_CALL_SOURCES = LLM_CALL_SOURCES.ddl().replace(
+    "CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1
+)
 _CREATE_REPORTER_TABLES = [
     t.ddl().replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1) for t in REPORTER_TABLES
 ]
@@ -608,6 +613,10 @@ def _truncate(con: sqlite3.Connection, step: int) -> None:
     """Drop every row after ``step`` and mark the run running again (inside a transaction)."""
     for table in ("steps", "messages", "llm_calls", "transitions", "checkpoints"):
         con.execute(f"DELETE FROM {table} WHERE step > ?", (step,))  # noqa: S608
+    if _has_table(con, LLM_CALL_SOURCES.name):  # beside the calls dropped, dropped too
+        con.execute(
+            "DELETE FROM llm_call_sources WHERE id > (SELECT coalesce(max(id), 0) FROM llm_calls)"
+        )
     # Decisions by their key (a range of the table's own order, not a scan); the texts of the
     # dropped calls stay: a text is kept once, whoever uses it.
     con.execute("DELETE FROM decisions WHERE id >= ?", ((step + 1) << SEQ_BITS,))
@@ -854,6 +863,12 @@ class TraceDb:
             record.clock,
         )
         calls = [self._call_row(step, call) for call in record.llm_calls]
+        # A reply another run made (a fork's parent's) says so beside its row.
+        sources = [
+            (i, call[_LLM_CALL_FIELDS + 2])
+            for i, call in enumerate(record.llm_calls)
+            if len(call) > _LLM_CALL_FIELDS + 2
+        ]
         texts = self._texts.take()
 
         def rows(con: sqlite3.Connection) -> None:
@@ -871,7 +886,14 @@ class TraceDb:
             if texts:
                 con.executemany(self._texts.insert_sql, texts)
             if calls:
+                first = con.execute(_NEXT_CALL_ID).fetchone()[0] if sources else 0
                 con.executemany(_INSERT_LLM_CALL, calls)
+                if sources:
+                    con.execute(_CREATE_CALL_SOURCES)
+                    con.executemany(
+                        "INSERT INTO llm_call_sources VALUES (?, ?)",
+                        [(first + i, source) for i, source in sources],
+                    )
             if record.transitions:
                 con.executemany(
                     _INSERT_TRANSITION,

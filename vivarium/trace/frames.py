@@ -418,6 +418,26 @@ def _below(steps: int | None) -> str:
 _STEP_TABLES = frozenset({"steps", "messages", "llm_calls", "transitions"})
 
 
+_CALLS_WITH_SOURCE = (
+    "SELECT c.*, CASE WHEN {} THEN 'parent' WHEN c.cache_hit THEN 'cache' ELSE 'model' END "
+    "AS source FROM llm_calls AS c"
+)
+
+
+def _sources(path: Path) -> str:
+    """The SQL test of a call served from a fork's parent (false: a file without such calls)."""
+    con = read_connection(path)
+    try:
+        listed = con.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'llm_call_sources'"
+        ).fetchone()
+    finally:
+        con.close()
+    if listed is None:
+        return "0"
+    return "c.id IN (SELECT id FROM llm_call_sources WHERE source = 'parent')"
+
+
 def read_arrow(
     path: str | Path, name: str, run_id: str | None = None, *, steps: int | None = None
 ) -> pa.Table:
@@ -456,6 +476,8 @@ def read_arrow(
             columns = frame_columns(name)
             where = _below(steps) if name in _STEP_TABLES else ""
             body = f"FROM {name} {where} ORDER BY {table(name).primary_key}"
+            if name == "llm_calls":  # where each reply came from (``CALL_SOURCE``)
+                body = f"FROM ({_CALLS_WITH_SOURCE.format(_sources(p))} {where}) ORDER BY id"
             if name == "transitions":  # older schemas lack the later columns
                 has = {c: _has_column(p, "transitions", c) for c in ("routine", "reason")}
                 if not all(has.values()):

@@ -415,6 +415,27 @@ AGENT_VARS = Table(
 REPORTER_TABLES = (MODEL_VARS, AGENT_VARS)
 """The reporter tables, created lazily (see above)."""
 
+# -- where a fork's replies came from ---------------------------------------------------------
+# Created by the first call a fork serves from its parent's recording (``CREATE TABLE IF NOT
+# EXISTS``), never in ``DDL``: every other trace keeps exactly the file layout it always had.
+# A call not listed came from the run's own stack: the cassette when ``cache_hit``, else the
+# model (``llm_calls`` frames read it so, as their ``source`` column).
+
+LLM_CALL_SOURCES = _table(
+    "llm_call_sources",
+    "Where the reply of an llm_calls row came from, when not from the run's own stack.",
+    Column("id", "INTEGER PRIMARY KEY", None, "The llm_calls row."),
+    Column("source", "TEXT NOT NULL", "category", "parent: the fork's parent's recording."),
+)
+
+CALL_SOURCE = Column(
+    "source",
+    "",
+    "category",
+    "Where the reply came from: model, cache (the cassette), or parent (a fork's parent's "
+    "recording; llm_call_sources). A frame column, read from those two.",
+)
+
 # -- interruptions (a run's history, not its result) ------------------------------------------
 # Created by the first interruption of a run (``CREATE TABLE IF NOT EXISTS``), never in ``DDL``:
 # a run never interrupted keeps exactly the file layout it always had. A resumed run's other
@@ -700,6 +721,8 @@ def frame_columns(name: str) -> tuple[Column, ...]:
         return (ACTION_STEP, ACTION_SEQ, *DECISIONS)
     if name not in FRAME_NAMES:
         raise KeyError(name)
+    if name == "llm_calls":
+        return (*table(name).frame_columns, CALL_SOURCE)
     return table(name).frame_columns
 
 
