@@ -1,0 +1,372 @@
+"""Forks: a child repeats its parent exactly before the fork step and follows its changes after.
+
+The properties, each checked against the parent's file with plain ``sqlite3`` (never the
+readers under test):
+
+- the prefix: every row of every step before ``t`` (decisions, state hashes, messages, LLM
+  calls, reporters) is the parent's, for every ``t``;
+- exactness of the state handed over: a fork whose change cannot alter behaviour (a declared
+  input, which only names the run) makes its parent's decisions and state hashes after ``t``
+  too, in every built-in world, with random and LLM agents, and in a world of one's own;
+- a change that matters changes the steps from ``t`` on, and none before;
+- a fork without changes is its parent: the same run id and the same bytes;
+- lineage: a fork of a fork names both ancestors and their fork steps;
+- replies: after ``t`` a request the parent made is served from the parent's recording and
+  reaches no model (counted at the provider); one the change made new does;
+- a fork stopped and run again (resumed) is the fork never stopped;
+- refusals, one line each: a step out of range, a world that cannot save its state, other
+  agents.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vivarium import Experiment
+from vivarium.errors import ConfigError, ResumedWarning
+from vivarium.facade import Run
+from vivarium.gateways.mock import MockLLMGateway
+from vivarium.types import ActionRequest, ActionResult
+
+STEPS = 6
+
+
+def rows(path: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(sql, args).fetchall()
+    finally:
+        con.close()
+
+
+def tables(path: Path) -> set[str]:
+    return {r[0] for r in rows(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+# The tables with a step, compared row for row (the decisions by their key: step << 24 | seq).
+STEP_TABLES = ("steps", "messages", "llm_calls", "transitions", "model_vars", "agent_vars")
+
+
+def stored(path: Path, name: str) -> str:
+    """The stored columns of a table (aam's generated ones hold the run id: left out)."""
+    return ", ".join(r[1] for r in rows(path, f"PRAGMA table_info({name})"))
+
+
+def before(path: Path, t: int) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the steps before ``t``, by table."""
+    found = {
+        name: rows(
+            path,
+            f"SELECT {stored(path, name)} FROM {name} WHERE step < ? ORDER BY 1, 2",  # noqa: S608
+            t,
+        )
+        for name in STEP_TABLES
+        if name in tables(path)
+    }
+    found["decisions"] = rows(path, "SELECT * FROM decisions WHERE id < ? ORDER BY id", t << 24)
+    return found
+
+
+def behaviour(path: Path, t: int = 0) -> list[Any]:
+    """The decisions and state hashes from step ``t`` on."""
+    return [
+        rows(path, "SELECT step, state_hash FROM steps WHERE step >= ? ORDER BY step", t),
+        rows(
+            path,
+            "SELECT id, agent_idx, action, arguments, success, error FROM decisions "
+            "WHERE id >= ? ORDER BY id",
+            t << 24,
+        ),
+    ]
+
+
+# -- a world of one's own ----------------------------------------------------------------------
+class Pot:
+    """Agents give to and take from a shared pot; it saves its state (snapshot/restore)."""
+
+    def __init__(self, agent_ids: Sequence[str], seed: int) -> None:
+        self.agent_ids = list(agent_ids)
+        self.pot = seed % 5 + 2
+        self.held = dict.fromkeys(self.agent_ids, 0)
+
+    def observe(self, agent_id: str, time_step: int) -> dict[str, Any]:
+        return {"pot": self.pot, "held": self.held[agent_id]}
+
+    def apply(self, request: ActionRequest) -> ActionResult:
+        if request.action_name == "give":
+            self.pot += 1
+            return ActionResult.ok({"pot": self.pot})
+        if request.action_name == "take" and self.pot > 0:
+            self.pot -= 1
+            self.held[request.agent_id] += 1
+            return ActionResult.ok({"pot": self.pot})
+        return ActionResult.failed("the pot is empty")
+
+    def state_digest(self) -> str:
+        return f"{self.pot}:{sorted(self.held.items())}"
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"pot": self.pot, "held": dict(self.held)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.pot, self.held = state["pot"], dict(state["held"])
+
+
+class PotWithoutState(Pot):
+    snapshot = None  # type: ignore[assignment]
+    restore = None  # type: ignore[assignment]
+
+
+def pot_world(agent_ids: Sequence[str], seed: int) -> Pot:
+    return Pot(agent_ids, seed)
+
+
+def stateless_pot(agent_ids: Sequence[str], seed: int) -> PotWithoutState:
+    world = PotWithoutState.__new__(PotWithoutState)
+    Pot.__init__(world, agent_ids, seed)
+    return world
+
+
+KINDS: dict[str, dict[str, Any]] = {
+    "channel_random_shuffle": {"world": "channel", "order": "shuffle"},
+    "channel_random_simultaneous": {"world": "channel", "scheduling": "simultaneous"},
+    "boltzmann": {"world": "boltzmann", "policy": "boltzmann"},
+    "channel_cognitive_mock": {"world": "channel", "policy": "cognitive"},
+    "ecology_cognitive_mock": {"world": "ecology", "policy": "cognitive"},
+    "own_world": {"world": pot_world, "action_space": ["give", "take"]},
+}
+
+
+def parent_run(tmp_path: Path, kind: str, **extra: Any) -> Run:
+    config = {"name": kind, "agents": 3, "steps": STEPS, "seed": 5, **KINDS[kind], **extra}
+    return Experiment(**config).run(tmp_path / f"{kind}.sqlite", progress=False)
+
+
+@pytest.fixture(scope="module")
+def parents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    folder = tmp_path_factory.mktemp("parents")
+    return {kind: parent_run(folder, kind) for kind in KINDS}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_fork_that_changes_no_behaviour_is_its_parent_at_every_step(
+    parents: dict[str, Run], kind: str, tmp_path: Path
+) -> None:
+    """Exactness: the state handed over at any step lets the child go on as the parent did."""
+    parent = parents[kind]
+    for t in range(STEPS + 1):
+        child = parent.fork(t, db=tmp_path / f"fork{t}.sqlite", inputs={"note": "a fork"}).run(
+            progress=False
+        )
+        assert child.run_id != parent.run_id
+        assert child.metadata["status"] == "complete"
+        assert before(child.path, t) == before(parent.path, t), t
+        assert behaviour(child.path) == behaviour(parent.path), t
+
+
+def test_a_change_changes_the_steps_from_the_fork_on_only(
+    parents: dict[str, Run], tmp_path: Path
+) -> None:
+    parent = parents["channel_random_shuffle"]
+    t = 3
+    child = parent.fork(t, seed=99, db=tmp_path / "seed99.sqlite").run(progress=False)
+    assert before(child.path, t) == before(parent.path, t)
+    # The order of agents derives from the seed step by step: the next step differs.
+    mine, theirs = behaviour(child.path, t), behaviour(parent.path, t)
+    assert mine[0][0][1] != theirs[0][0][1]
+    assert [r[0] for r in mine[0]] == list(range(t, STEPS))
+    # The child's config is the parent's with the change, and it names its parent.
+    config = child.config
+    assert config is not None and config.seed == 99
+    assert config.fork_of is not None
+    assert (config.fork_of.run_id, config.fork_of.step) == (parent.run_id, t)
+
+
+def test_a_fork_without_changes_is_its_parent_byte_for_byte(
+    parents: dict[str, Run], tmp_path: Path
+) -> None:
+    parent = parents["ecology_cognitive_mock"]
+    for t in (0, 2, STEPS):
+        same = parent.fork(t, db=tmp_path / f"same{t}.sqlite").run(progress=False)
+        assert same.run_id == parent.run_id
+        assert same.path.read_bytes() == parent.path.read_bytes()
+    # A change back to the parent's own value is no change either.
+    again = parent.fork(2, seed=5, db=tmp_path / "seed5.sqlite").run(progress=False)
+    assert again.path.read_bytes() == parent.path.read_bytes()
+
+
+def test_lineage_walks_a_fork_of_a_fork(parents: dict[str, Run], tmp_path: Path) -> None:
+    parent = parents["channel_random_shuffle"]
+    child = parent.fork(2, seed=7, db=tmp_path / "a" / "child.sqlite").run(progress=False)
+    grandchild = child.fork(4, seed=8, db=tmp_path / "b" / "grandchild.sqlite").run(progress=False)
+    found = grandchild.lineage
+    assert [entry.run_id for entry in found] == [
+        grandchild.run_id,
+        child.run_id,
+        parent.run_id,
+    ]
+    assert [entry.fork_step for entry in found] == [4, 2, None]
+    assert found[2].path is not None and found[2].path.resolve() == parent.path.resolve()
+    # The grandchild repeats the child before 4, hence the parent before 2.
+    assert before(grandchild.path, 4) == before(child.path, 4)
+    assert before(grandchild.path, 2) == before(parent.path, 2)
+    # A parent moved away ends the lineage with its run id, and no path.
+    moved = tmp_path / "moved.sqlite"
+    child.path.rename(moved)
+    found = grandchild.lineage
+    assert [(e.run_id, e.path) for e in found[1:]] == [(child.run_id, None)]
+
+
+class CountingMock(MockLLMGateway):
+    """The mock, counting the requests that reach it (the provider: a real model's cost)."""
+
+    asked = 0
+
+    def complete(self, request: Any) -> Any:
+        type(self).asked += 1
+        return super().complete(request)
+
+    async def acomplete(self, request: Any) -> Any:
+        type(self).asked += 1
+        return await super().acomplete(request)
+
+
+def test_replies_the_parent_recorded_cost_no_call(
+    parents: dict[str, Run], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vivarium.gateways.stack as stack
+
+    monkeypatch.setattr(stack, "MockLLMGateway", CountingMock)
+    parent = parents["channel_cognitive_mock"]
+    parent_calls = rows(parent.path, "SELECT step FROM llm_calls")
+    t = 2
+    after = sum(1 for (step,) in parent_calls if step >= t)
+    assert after > 0
+    CountingMock.asked = 0
+    same = parent.fork(t, inputs={"x": 1}, db=tmp_path / "same.sqlite").run(progress=False)
+    assert CountingMock.asked == 0  # every request after t was the parent's
+    sources = same.llm_calls.groupby("source", observed=True).size().to_dict()
+    assert sources == {"model": len(parent_calls) - after, "parent": after}
+    assert rows(same.path, "SELECT count(*) FROM llm_call_sources") == [(after,)]
+    # A changed system prompt changes every request after t: each reaches the model.
+    CountingMock.asked = 0
+    terse = parent.fork(t, llm={"system_prompt": "Be terse."}, db=tmp_path / "terse.sqlite")
+    run = terse.run(progress=False)
+    assert CountingMock.asked == after
+    later = run.llm_calls[run.llm_calls["step"] >= t]
+    assert set(later["source"].astype(str)) == {"model"}
+    assert "llm_call_sources" not in tables(run.path)
+
+
+def test_a_stopped_fork_run_again_is_the_fork_never_stopped(
+    parents: dict[str, Run], tmp_path: Path
+) -> None:
+    parent = parents["ecology_cognitive_mock"]
+    whole = parent.fork(2, llm={"temperature": 0.3}, db=tmp_path / "whole.sqlite").run(
+        progress=False
+    )
+    fork = parent.fork(2, llm={"temperature": 0.3}, db=tmp_path / "stopped.sqlite")
+
+    def stop(step: int, record: Any) -> None:
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fork.run(progress=False, on_step=stop)
+    assert rows(fork.config.db, "SELECT status, steps_done FROM runs") == [("interrupted", 4)]
+    with pytest.warns(ResumedWarning):
+        resumed = fork.run(progress=False)
+    assert resumed.run_id == whole.run_id
+    for name in (*STEP_TABLES, "decisions", "checkpoints", "agents", "runs"):
+        if name in tables(whole.path):
+            sql = f"SELECT {stored(whole.path, name)} FROM {name} ORDER BY 1"  # noqa: S608
+            assert rows(resumed.path, sql) == rows(whole.path, sql), name
+
+
+def test_refusals_are_one_line(parents: dict[str, Run], tmp_path: Path) -> None:
+    parent = parents["channel_random_shuffle"]
+    with pytest.raises(ConfigError, match=r"at_step must be a step from 0 to 6"):
+        parent.fork(7)
+    with pytest.raises(ConfigError, match=r"fork_of is set by the fork itself"):
+        parent.fork(1, fork_of=None)
+    with pytest.raises(ConfigError, match=r"keeps its parent's agents \(3"):
+        parent.fork(1, agents=4, db=tmp_path / "four.sqlite").run(progress=False)
+    assert not (tmp_path / "four.sqlite").exists()
+    own = Experiment(
+        name="stateless", world=stateless_pot, agents=2, steps=3, action_space=["give", "take"]
+    ).run(tmp_path / "stateless.sqlite", progress=False)
+    with pytest.raises(ConfigError, match=r"cannot save its state .* fork at step 0") as err:
+        own.fork(2, seed=3, db=tmp_path / "stateless-fork.sqlite").run(progress=False)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "stateless-fork.sqlite").exists()
+    # At step 0 there is no state to hand over: the fork runs from the start.
+    zero = own.fork(0, seed=3, db=tmp_path / "zero.sqlite").run(progress=False)
+    assert zero.metadata["status"] == "complete"
+
+
+def test_the_default_path_is_beside_the_parent(parents: dict[str, Run]) -> None:
+    parent = parents["boltzmann"]
+    child = parent.fork(3, seed=11)
+    path = Path(child.config.db or "")
+    assert path.parent == parent.path.parent
+    assert path.name.startswith("boltzmann.fork3.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = child.run(progress=False)
+    assert run.path == path and run.lineage[1].run_id == parent.run_id
+
+
+def test_vvm_fork(parents: dict[str, Run], tmp_path: Path) -> None:
+    parent = parents["channel_cognitive_mock"]
+    out = tmp_path / "cli.sqlite"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vivarium.cli",
+            "fork",
+            str(parent.path),
+            "--at-step",
+            "3",
+            "--set",
+            "llm.system_prompt=Be brief.",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"a fork of {parent.run_id} at step 3" in done.stdout
+    child = Run.open(out)
+    assert child.config is not None and child.config.llm is not None
+    assert child.config.llm.system_prompt == "Be brief."
+    assert before(out, 3) == before(parent.path, 3)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vivarium.cli",
+            "fork",
+            str(parent.path),
+            "--at-step",
+            "1",
+            "--set",
+            "x",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode != 0
+    assert bad.stderr.strip().count("\n") == 0 and "expected KEY=VALUE" in bad.stderr
