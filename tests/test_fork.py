@@ -370,3 +370,57 @@ def test_vvm_fork(parents: dict[str, Run], tmp_path: Path) -> None:
     )
     assert bad.returncode != 0
     assert bad.stderr.strip().count("\n") == 0 and "expected KEY=VALUE" in bad.stderr
+
+
+def test_one_agents_change_keeps_every_id_and_serves_the_others_from_the_parent(
+    parents: dict[str, Run], tmp_path: Path
+) -> None:
+    parent = parents["channel_cognitive_mock"]
+    t = 3
+    fork = parent.fork(
+        t,
+        agent_changes={"agent_001": {"system_prompt": "Answer in five words."}},
+        db=tmp_path / "one.sqlite",
+    )
+    child = fork.run(progress=False)
+    assert rows(child.path, "SELECT agent_idx, agent_id, seed FROM agents") == rows(
+        parent.path, "SELECT agent_idx, agent_id, seed FROM agents"
+    )
+    assert before(child.path, t) == before(parent.path, t)
+    calls = child.llm_calls
+    first = calls[calls["step"] == t].set_index("agent_id")["source"].astype(str).to_dict()
+    # At step t the agents before agent_001 ask what they asked in the parent; agent_001's
+    # prompt is new; agent_002 has seen agent_001's new message.
+    assert first == {"agent_000": "parent", "agent_001": "model", "agent_002": "model"}
+    policy = parent.fork(
+        t, agent_changes={"agent_002": {"policy": "random"}}, db=tmp_path / "random.sqlite"
+    ).run(progress=False)
+    later = policy.actions[policy.actions["step"] >= t]
+    mine = set(later[later["agent_id"] == "agent_002"]["action"].astype(str))
+    assert mine <= {"noop", "emit_event"} and mine
+    with pytest.raises(ConfigError, match=r"no agent agent_009 in this run"):
+        parent.fork(t, agent_changes={"agent_009": {"system_prompt": "x"}})
+
+
+def test_a_cognitive_groups_options_are_applied_or_refused(tmp_path: Path) -> None:
+    """``policy_options`` of a cognitive group were ignored; now they apply, or are refused."""
+    prompts = {}
+    for prompt in ("Be brief.", "Be long."):
+        run = Experiment(
+            name="opts",
+            world="channel",
+            agents=[
+                {"policy": "cognitive", "count": 2, "policy_options": {"system_prompt": prompt}}
+            ],
+            steps=1,
+        ).run(tmp_path / f"{prompt}.sqlite", progress=False)
+        prompts[prompt] = run.llm_exchanges()["request"].iloc[0]["messages"][0]["content"]
+    assert prompts["Be brief."].startswith("Be brief.") or "Be brief." in prompts["Be brief."]
+    assert "Be long." in prompts["Be long."] and "Be brief." not in prompts["Be long."]
+    with pytest.raises(ConfigError, match=r"policy_options colour do not apply to the cognitive"):
+        Experiment(
+            name="bad",
+            world="channel",
+            agents=[{"policy": "cognitive", "count": 1, "policy_options": {"colour": "red"}}],
+            steps=1,
+        ).run(tmp_path / "bad.sqlite", progress=False)

@@ -613,7 +613,8 @@ def _cmd_fork(args: argparse.Namespace) -> int:
     if llm and (parent.config is None or parent.config.llm is not None):
         given = changes.get("llm")
         changes["llm"] = {**(given if isinstance(given, dict) else {}), **llm}
-    child = parent.fork(args.at_step, db=args.out, **changes)
+    agents = parse_set_items(args.set_agent) or None
+    child = parent.fork(args.at_step, db=args.out, agent_changes=agents, **changes)
     start = time.perf_counter()
     run = child.run(progress=False if args.no_progress else None)
     _summarise(run, time.perf_counter() - start)
@@ -905,6 +906,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a config change, e.g. --set seed=7 --set llm.system_prompt='Be brief.' "
         "(repeatable; none: the fork is its parent)",
+    )
+    pk.add_argument(
+        "--set-agent",
+        action="append",
+        default=None,
+        metavar="AGENT.KEY=VALUE",
+        help="one agent's own change, e.g. --set-agent agent_001.system_prompt='Be brief.' "
+        "(its policy, model, temperature, ...; repeatable)",
     )
     pk.add_argument(
         "--out", type=Path, default=None, help="the fork's trace (default: beside the parent's)"

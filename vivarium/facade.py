@@ -392,6 +392,7 @@ class Run(TraceRun):
         /,
         *,
         db: str | os.PathLike[str] | None = None,
+        agent_changes: dict[str, dict[str, Any]] | None = None,
         **changes: Any,
     ) -> Experiment:
         """The experiment that repeats this run before ``at_step`` and follows ``changes`` after.
@@ -401,7 +402,10 @@ class Run(TraceRun):
         decisions, state hashes, messages, reporters and LLM calls. From ``at_step`` on it
         runs under its own config: this run's with ``changes`` merged in, as ``Experiment``
         merges fields (any field: a seed, a world option, the LLM settings, a group's policy,
-        ``agents`` with one group changed). The state it starts from is this run's after step
+        ``agents`` with one group changed), and with ``agent_changes`` one agent's own
+        (``{"agent_001": {"system_prompt": "..."}}``, or its ``model``, ``temperature`` or
+        ``policy``: the agent gets a group of its own, every id kept). The state it starts
+        from is this run's after step
         ``at_step - 1``: the world, every agent's memory and generator (an agent whose policy
         class changed starts its new policy fresh). A change of ``seed`` reaches what is drawn
         from the run's seed step by step (the order of agents, the LLM's sampling seed); a
@@ -414,6 +418,7 @@ class Run(TraceRun):
         Args:
             at_step: The child's first own step: 0 to the steps this run committed.
             db: Where the child's trace goes.
+            agent_changes: Agent id -> its own policy and policy options after the fork.
             **changes: Config fields (and ``model_reporters`` / ``agent_reporters``).
 
         Returns:
@@ -429,6 +434,13 @@ class Run(TraceRun):
         child = Experiment(base, **changes) if changes else Experiment(base)
         if child.config.fork_of != base.fork_of:
             raise ConfigError("fork_of is set by the fork itself, not given as a change")
+        if agent_changes:
+            from vivarium.experiment.plan import agents_with_changes
+
+            groups = agents_with_changes(child.config, agent_changes)
+            child.config = make_config(
+                ExperimentConfig, {**child.config.model_dump(), "agents": groups}
+            )
         path = db if db is not None else runner.fork_trace_path(self.path, child.config)
         child.config = child.config.model_copy(update={"db": str(path)})
         return child

@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from vivarium.errors import ConfigError, VivariumError
-from vivarium.experiment.config import LLMConfig
+from vivarium.experiment.config import LLMConfig, make_config
 from vivarium.experiment.objects import OBJECTS, suggest
 from vivarium.experiment.plan import PlannedAgent, agent_plan, load_spec
 
@@ -241,16 +241,43 @@ def _cognitive_config(config: ExperimentConfig, agent: PlannedAgent) -> Any:
 
     llm = config.llm_in_force
     explicit = agent.group.action_space or config.action_space
-    return CognitivePolicyConfig(
-        model=llm.model,
-        temperature=llm.temperature,
-        max_tokens=llm.max_tokens,
-        system_prompt=llm.system_prompt,
-        force_tool=llm.force_tool,
-        seed=agent.seeds.llm,
+    fields: dict[str, Any] = {
+        "model": llm.model,
+        "temperature": llm.temperature,
+        "max_tokens": llm.max_tokens,
+        "system_prompt": llm.system_prompt,
+        "force_tool": llm.force_tool,
+        "seed": agent.seeds.llm,
         # LLM agents see every tool of the world unless the config names an action space.
-        tools=list(explicit) if explicit else None,
+        "tools": list(explicit) if explicit else None,
+    }
+    # A group's own options (one agent's prompt or model, as a fork gives it) over the run's.
+    options = dict(agent.group.policy_options)
+    unknown = sorted(set(options) - COGNITIVE_OPTIONS)
+    if unknown:
+        raise ConfigError(
+            f"config: policy_options {', '.join(unknown)} do not apply to the cognitive policy "
+            f"of {agent.agent_id} (it takes {', '.join(sorted(COGNITIVE_OPTIONS))})"
+        )
+    return make_config(
+        CognitivePolicyConfig, {**fields, **options}, where=f"policy of {agent.agent_id}"
     )
+
+
+COGNITIVE_OPTIONS = frozenset(
+    {
+        "model",
+        "temperature",
+        "max_tokens",
+        "system_prompt",
+        "force_tool",
+        "memory_k",
+        "memory_query",
+        "working_memory_bytes",
+        "context_tokens",
+    }
+)
+"""The ``policy_options`` a cognitive agent's group may give: its own LLM settings."""
 
 
 def _workflow_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:

@@ -118,3 +118,73 @@ def load_spec(folder: str, shared: dict[str, Any]) -> Any:
 
         specs[folder] = load_agent(resolve_agent_folder(folder, shared.get("base_dir")))
     return specs[folder]
+
+
+def agents_with_changes(
+    config: ExperimentConfig, changes: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The config's agent groups with some agents' own policy or options changed.
+
+    Each changed agent becomes a group of its own, cut out of the group it was in, so that
+    every agent keeps its id (hence its seeds): numbered ids count on across groups. A change
+    is the agent's ``policy`` and its ``policy_options`` (a cognitive agent's
+    ``system_prompt``, ``model``, ``temperature``, ...), merged over its group's.
+
+    Args:
+        config: The config whose agents change.
+        changes: Agent id -> ``{"policy": ..., "system_prompt": ..., ...}``.
+
+    Returns:
+        The groups, as dumped ``AgentGroup`` fields (for ``agents=``).
+
+    Raises:
+        ConfigError: An agent id the config does not have, or one of a group of several agents
+            made from one folder (their ids would change): one line.
+    """
+    source = (
+        list(config.agents)
+        if isinstance(config.agents, list)
+        else [
+            AgentGroup(
+                policy=config.policy, count=config.agents, policy_options=config.policy_options
+            )
+        ]
+    )
+    planned = agent_plan(config.model_copy(update={"agents": source}))
+    ids_of: dict[int, list[str]] = {}
+    for p in planned:  # in each group, the ids in the order the group makes them
+        ids_of.setdefault(id(p.group), []).append(p.agent_id)
+    left = dict(changes)
+    out: list[dict[str, Any]] = []
+    for group in source:
+        dumped = group.model_dump(exclude_none=True)
+        ids = ids_of.get(id(group), [])
+        hit = [i for i, aid in enumerate(ids) if aid in left]
+        if hit and group.agent and group.count > 1:
+            raise ConfigError(
+                f"agent {ids[hit[0]]}: one of {group.count} agents made from the folder "
+                f"{group.agent}; change the folder's group instead (their ids would change)"
+            )
+        start = 0
+        for i in hit:
+            if i > start:
+                out.append({**dumped, "count": i - start})
+            out.append(_changed({**dumped, "count": 1}, left.pop(ids[i])))
+            start = i + 1
+        if start < group.count:
+            out.append({**dumped, "count": group.count - start})
+    if left:
+        raise ConfigError(f"agents: no agent {', '.join(sorted(left))} in this run")
+    return out
+
+
+def _changed(group: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(change, dict):
+        raise ConfigError(f"an agent's change is a mapping of its settings, not {change!r}")
+    change = dict(change)
+    policy = change.pop("policy", None)
+    options = {**(group.get("policy_options") or {}), **change}
+    if policy is not None and policy != group.get("policy"):
+        options = change  # another policy: the old one's options do not apply
+        group = {**group, "policy": policy}
+    return {**group, "policy_options": options}
