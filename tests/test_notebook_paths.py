@@ -90,5 +90,7 @@ def test_make_clean_removes_the_runs_the_notebooks_left() -> None:
     out = subprocess.run(
         ["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
-    removed = [w for line in out.stdout.splitlines() if line.startswith("rm ") for w in line.split()]
+    removed = [
+        w for line in out.stdout.splitlines() if line.startswith("rm ") for w in line.split()
+    ]
     assert "notebooks/runs" in removed and "runs" in removed, out.stdout

@@ -52,7 +52,11 @@ def test_a_run_records_the_code_that_made_it(tmp_path: Path) -> None:
     assert _recorded_code(run.path) == package_code_digest()
     # the digest is of the package's worlds and policies sources, not of the process
     out = subprocess.run(
-        [sys.executable, "-c", "from vivarium.experiment.identity import package_code_digest as d; print(d())"],
+        [
+            sys.executable,
+            "-c",
+            "from vivarium.experiment.identity import package_code_digest as d; print(d())",
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -33,6 +33,54 @@ CHANNEL_RUN: dict[str, Any] = {
 }
 
 
+# The worked example of forks (notebook 08, ``scripts/record_cassettes.py --only what_if``):
+# one agent told to be brief from a step on, in runs of three LLM agents on the channel.
+WHAT_IF_RUN: dict[str, Any] = {
+    "name": "what_if",
+    "policy": "cognitive",
+    "agents": 3,
+    "steps": 8,
+    "scheduling": "simultaneous",
+    "llm": {"model": "openai/smollm2", "force_tool": True, "max_tokens": 40, "temperature": 0.8},
+}
+WHAT_IF_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
+WHAT_IF_STEP = 4
+WHAT_IF_AGENT = "agent_001"
+WHAT_IF_PROMPT = "You answer in at most five words."
+WHAT_IF_QUESTION = "Why did you post your last message?"
+
+
+def what_if_runs(llm: dict[str, Any], folder: str | Path) -> dict[str, Any]:
+    """Notebook 08's runs: for each seed a parent and its fork, then two interviews.
+
+    Args:
+        llm: LLM settings over ``WHAT_IF_RUN``'s (the cassette, its mode, a server).
+        folder: Where the traces go.
+
+    Returns:
+        ``parents`` and ``forks`` (seed -> run), and ``before`` and ``after``: the changed
+        agent asked ``WHAT_IF_QUESTION`` at the step before the fork, in the parent, and at the
+        fork step, in the fork (seed 1).
+    """
+    from vivarium import Experiment
+
+    out = Path(folder)
+    parents, forks = {}, {}
+    for seed in WHAT_IF_SEEDS:
+        config = {**WHAT_IF_RUN, "seed": seed, "llm": {**WHAT_IF_RUN["llm"], **llm}}
+        parent = Experiment(**config).run(out / f"what_if_{seed}.sqlite", progress=False)
+        parents[seed] = parent
+        forks[seed] = parent.fork(
+            WHAT_IF_STEP,
+            agent_changes={WHAT_IF_AGENT: {"system_prompt": WHAT_IF_PROMPT}},
+            db=out / f"what_if_{seed}_brief.sqlite",
+        ).run(progress=False)
+    first = WHAT_IF_SEEDS[0]
+    before = parents[first].interview(WHAT_IF_AGENT, WHAT_IF_STEP - 1, WHAT_IF_QUESTION, llm=llm)
+    after = forks[first].interview(WHAT_IF_AGENT, WHAT_IF_STEP, WHAT_IF_QUESTION, llm=llm)
+    return {"parents": parents, "forks": forks, "before": before, "after": after}
+
+
 def project_folder() -> Path:
     """The project's folder (the one holding ``data/``), as a path from the working folder.
 

@@ -54,7 +54,9 @@ class Server(GatewayBase):
     def complete(self, request: LLMRequest) -> LLMResponse:
         item = self.script.pop(0)
         sent = self.provider.wire_body(request, request_body(request))  # as it is sent
-        if isinstance(item, str):  # a failed attempt: what LiteLLMGateway records (failures.failure)
+        if isinstance(
+            item, str
+        ):  # a failed attempt: what LiteLLMGateway records (failures.failure)
             record_call(
                 CallRecord(
                     attempt=current_attempt(),

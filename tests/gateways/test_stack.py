@@ -151,7 +151,9 @@ def test_no_gateway_module_imports_the_experiment_config() -> None:
             else:
                 continue
             for name in names:
-                assert not name.startswith(("vivarium.experiment.config", "vivarium.experiment.build")), path.name
+                assert not name.startswith(
+                    ("vivarium.experiment.config", "vivarium.experiment.build")
+                ), path.name
 
 
 def test_the_settings_never_show_the_key() -> None:

@@ -39,6 +39,8 @@ TEXT_BAD = {
     "question": ["", "   "],
     "--grid": ["noequals", "=1", "steps=", "bogusfield=1", "steps=a,b", "agents=0"],
     "--override": ["noequals", "=1", "run.steps", "nosection.x=1", "run.stepz=1", "run.steps=-1"],
+    "--set": ["noequals", "=1", "stepz=3", "steps=-1", "llm..x=1", "seed=a", "fork_of=1"],
+    "--set-agent": ["noequals", "agent_009.system_prompt=x", "agent_000.colour=red", "x"],
 }
 TEXT_FREE = {"--api-base", "--api-key", "--system-prompt", "--force-tool", "--ray-address"}
 SKIP: set[tuple[str, str]] = set()
@@ -137,6 +139,14 @@ class Files:
             "resume": [str(self.partial_copy()), "--no-progress"],
             "validate": [str(self.trace)],
             "interview": [str(self.llm_partial), "Why?", "--agent", "agent_000", "--step", "0"],
+            "fork": [
+                str(self.trace),
+                "--at-step",
+                "1",
+                "--out",
+                str(self.root / "fork.sqlite"),
+                "--no-progress",
+            ],  # fmt: skip
             "figures": ["--out", str(self.root / "figs"), "--data", str(self.missing)],
         }[command]
 

@@ -770,6 +770,7 @@ def effect_curves(
             _no_data(ax, "no pairs")
         ax.set_xlabel("step")
         ax.set_ylabel("effect (arm - control)")
+        ax.xaxis.set_major_locator(require("matplotlib.ticker").MaxNLocator(integer=True))
         ax.margins(x=0)
         handles = [
             Line2D([], [], color=palette[i], label=_label(k)) for i, (k, _) in enumerate(groups)

@@ -232,11 +232,17 @@ def _cognitive_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dic
     llm = config.llm_in_force
     gateway = shared_gateway(config, shared)
     cls = CognitiveAgentPolicy if llm.graph and langgraph_available() else SimpleCognitivePolicy
-    return cls(gateway, _cognitive_config(config, agent))
+    return cls(gateway, _cognitive_config(config, agent, own_options=True))
 
 
-def _cognitive_config(config: ExperimentConfig, agent: PlannedAgent) -> Any:
-    """The ``CognitivePolicyConfig`` of one agent: the run's ``llm`` section and its LLM seed."""
+def _cognitive_config(
+    config: ExperimentConfig, agent: PlannedAgent, *, own_options: bool = False
+) -> Any:
+    """The ``CognitivePolicyConfig`` of one agent: the run's ``llm`` section and its LLM seed.
+
+    With ``own_options`` (the built-in cognitive policy), its group's ``policy_options`` over
+    them; a policy class of one's own gets its options as keywords instead.
+    """
     from vivarium.policies.cognitive import CognitivePolicyConfig
 
     llm = config.llm_in_force
@@ -251,33 +257,14 @@ def _cognitive_config(config: ExperimentConfig, agent: PlannedAgent) -> Any:
         # LLM agents see every tool of the world unless the config names an action space.
         "tools": list(explicit) if explicit else None,
     }
-    # A group's own options (one agent's prompt or model, as a fork gives it) over the run's.
+    if not own_options:
+        return CognitivePolicyConfig(**fields)
+    # The group's own options (one agent's prompt or model, as a fork gives it) over the run's;
+    # which it may give, ``BUILTIN_POLICIES`` says (``BuiltinPolicy.check_options``).
     options = dict(agent.group.policy_options)
-    unknown = sorted(set(options) - COGNITIVE_OPTIONS)
-    if unknown:
-        raise ConfigError(
-            f"config: policy_options {', '.join(unknown)} do not apply to the cognitive policy "
-            f"of {agent.agent_id} (it takes {', '.join(sorted(COGNITIVE_OPTIONS))})"
-        )
     return make_config(
         CognitivePolicyConfig, {**fields, **options}, where=f"policy of {agent.agent_id}"
     )
-
-
-COGNITIVE_OPTIONS = frozenset(
-    {
-        "model",
-        "temperature",
-        "max_tokens",
-        "system_prompt",
-        "force_tool",
-        "memory_k",
-        "memory_query",
-        "working_memory_bytes",
-        "context_tokens",
-    }
-)
-"""The ``policy_options`` a cognitive agent's group may give: its own LLM settings."""
 
 
 def _workflow_policy(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:
@@ -322,6 +309,21 @@ class BuiltinPolicy:
 
     factory: PolicyFactory
     seed: Callable[[AgentSeeds], int]
+    options: frozenset[str] = frozenset()
+
+    def check_options(self, name: str, agent: PlannedAgent) -> None:
+        """Refuse, in one line, ``policy_options`` this policy does not take (never ignored).
+
+        Raises:
+            ConfigError: A group gives an option not in ``options``.
+        """
+        unknown = sorted(set(agent.group.policy_options) - self.options)
+        if unknown:
+            takes = ", ".join(sorted(self.options)) or "none"
+            raise ConfigError(
+                f"config: policy_options {', '.join(unknown)} do not apply to the {name} "
+                f"policy of {agent.agent_id} (it takes {takes})"
+            )
 
 
 BUILTIN_WORLDS: Mapping[str, WorldFactory] = MappingProxyType(
@@ -332,7 +334,24 @@ BUILTIN_WORLDS: Mapping[str, WorldFactory] = MappingProxyType(
 BUILTIN_POLICIES: Mapping[str, BuiltinPolicy] = MappingProxyType(
     {
         "boltzmann": BuiltinPolicy(_boltzmann_policy, _agent_seed),
-        "cognitive": BuiltinPolicy(_cognitive_policy, _llm_seed),
+        "cognitive": BuiltinPolicy(
+            _cognitive_policy,
+            _llm_seed,
+            # An agent's own LLM settings (``CognitivePolicyConfig``): its prompt, its model.
+            frozenset(
+                {
+                    "model",
+                    "temperature",
+                    "max_tokens",
+                    "system_prompt",
+                    "force_tool",
+                    "memory_k",
+                    "memory_query",
+                    "working_memory_bytes",
+                    "context_tokens",
+                }
+            ),
+        ),
         "random": BuiltinPolicy(_random_policy, _agent_seed),
         "workflow": BuiltinPolicy(_workflow_policy, _llm_seed),
     }
@@ -561,7 +580,12 @@ def policy_factory(name: str) -> PolicyFactory:
     builtin = BUILTIN_POLICIES.get(name)
     if builtin is None:
         raise ConfigError(f"config: {_unknown('policy', 'policy', name)}")
-    return builtin.factory
+
+    def checked(config: ExperimentConfig, agent: PlannedAgent, shared: dict[str, Any]) -> Any:
+        builtin.check_options(name, agent)
+        return builtin.factory(config, agent, shared)
+
+    return checked
 
 
 def check_names(config: ExperimentConfig, where: str = "config") -> None:

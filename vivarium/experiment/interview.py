@@ -186,7 +186,7 @@ def _said(reply: dict[str, Any]) -> str:
 
 # -- the model -----------------------------------------------------------------------------------
 def _settings(run: TraceRun, model: str | None, llm: dict[str, Any] | None) -> Any:
-    """The run's LLM settings (recorded ones, then ``llm``, then ``model``), without a cassette."""
+    """The run's LLM settings (recorded ones, then ``llm``, then ``model``); a cassette if ``llm`` gives one."""
     from vivarium.experiment.config import ExperimentConfig, LLMConfig, make_config
     from vivarium.trace.resume import recorded_llm_settings
 
@@ -197,7 +197,9 @@ def _settings(run: TraceRun, model: str | None, llm: dict[str, Any] | None) -> A
         base = dict(run.metadata["config"].get("llm") or {"mock": True})
     recorded = recorded_llm_settings(run.path)
     recorded.pop("max_concurrency", None)
-    data = {**base, **recorded, **(llm or {}), "cache": None}
+    # No cassette of the run's: an interview is kept in its own log. One given here (``llm``)
+    # answers it, for a notebook replayed offline.
+    data = {**base, **recorded, "cache": None, **(llm or {})}
     if model is not None:
         data.update(model=model, mock=model == "mock")
     return make_config(LLMConfig, data, where=f"interview {run.path}")

@@ -292,7 +292,8 @@ def _attempts_and_request(request: LLMRequest, records: list[CallRecord]) -> tup
     attempts that sent that same body leave theirs out, so it is stored once per row. Records
     without text (a third-party gateway's) keep the request as asked, as before.
     """
-    attempts = [dataclasses.asdict(r) for r in records]
+    # Where a reply came from is the trace's to say (``source``), not the cassette's.
+    attempts = [{k: v for k, v in dataclasses.asdict(r).items() if k != "source"} for r in records]
     sent = next((a["request"] for a in reversed(attempts) if a["request"] is not None), None)
     if sent is None:
         asked = canonical_json(request.model_dump(mode="json"))
