@@ -449,3 +449,21 @@ def test_llm_calls_say_where_each_reply_came_from(tmp_path: Path) -> None:
         "agent_000", 1, "Why?", llm={"cache": cassette, "cache_mode": "replay"}
     )
     assert again.answer == answer and replayed.path.read_bytes() == before_bytes
+
+
+def test_a_fork_of_a_fork_before_its_fork_step_starts_from_the_grandparents_state(
+    parents: dict[str, Run], tmp_path: Path
+) -> None:
+    parent = parents["ecology_cognitive_mock"]
+    child = parent.fork(4, inputs={"a": 1}, db=tmp_path / "child.sqlite").run(progress=False)
+    # Before step 4 the child is the parent: a fork of it at 2 repeats the parent's steps.
+    grandchild = child.fork(2, inputs={"b": 2}, db=tmp_path / "grand.sqlite").run(progress=False)
+    assert behaviour(grandchild.path) == behaviour(parent.path)
+    assert [e.fork_step for e in grandchild.lineage] == [2, 4, None]
+    parent_copy = tmp_path / "gone.sqlite"
+    parent.path.rename(parent_copy)
+    try:
+        with pytest.raises(ConfigError, match=r"fork at step 4 or later, or put it back"):
+            child.fork(2, inputs={"c": 3}, db=tmp_path / "orphan.sqlite").run(progress=False)
+    finally:
+        parent_copy.rename(parent.path)

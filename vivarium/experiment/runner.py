@@ -831,6 +831,7 @@ def _fork_state(
 
     fork = config.fork_of
     assert fork is not None
+    parent, meta = _state_source(parent, meta, fork.step, where)
     pconfig = _anchor_cassette(
         parent, _anchor_agent_folders(parent, _resume_config(parent, meta, None))
     )
@@ -881,6 +882,31 @@ def _fork_state(
             f"{fork.step - 1} (a world or policy the fork changed saves another kind of state)"
         )
     return state
+
+
+def _state_source(
+    parent: Path, meta: dict[str, Any], step: int, where: str
+) -> tuple[Path, dict[str, Any]]:
+    """The run whose config made the parent's state after ``step - 1``: the parent, or the
+    ancestor whose steps a fork of it copied (a fork of a fork at a step before the first
+    fork's, whose prefix is the grandparent's run, under the grandparent's config).
+
+    Raises:
+        ConfigError: That ancestor's trace is no longer where its fork recorded it.
+    """
+    while True:
+        fork = meta["config"].get("fork_of")
+        if not isinstance(fork, dict) or int(fork["step"]) <= step:
+            return parent, meta
+        found = _fork_parent(parent)
+        above = Path(found) if found is not None else None
+        if above is None or not above.is_file():
+            raise ConfigError(
+                f"{where}: the steps before {step} are those of {fork['run_id']}, whose trace "
+                f"is not at {found or 'the path its fork recorded'}; fork at step "
+                f"{fork['step']} or later, or put it back"
+            )
+        parent, meta = above, _open_trace_run(above).metadata
 
 
 def _fork_parent(path: Path) -> str | None:
