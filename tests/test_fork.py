@@ -324,50 +324,26 @@ def test_the_default_path_is_beside_the_parent(parents: dict[str, Run]) -> None:
     assert run.path == path and run.lineage[1].run_id == parent.run_id
 
 
+def vvm(*words: str) -> subprocess.CompletedProcess[str]:
+    """``vvm WORDS`` in a process of its own, as a user types it."""
+    command = [sys.executable, "-m", "vivarium.cli", *words]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
 def test_vvm_fork(parents: dict[str, Run], tmp_path: Path) -> None:
     parent = parents["channel_cognitive_mock"]
     out = tmp_path / "cli.sqlite"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vivarium.cli",
-            "fork",
-            str(parent.path),
-            "--at-step",
-            "3",
-            "--set",
-            "llm.system_prompt=Be brief.",
-            "--out",
-            str(out),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = vvm(
+        "fork", str(parent.path), "--at-step", "3", "--set", "llm.system_prompt=Be brief.",
+        "--out", str(out), "--no-progress",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"a fork of {parent.run_id} at step 3" in done.stdout
     child = Run.open(out)
     assert child.config is not None and child.config.llm is not None
     assert child.config.llm.system_prompt == "Be brief."
     assert before(out, 3) == before(parent.path, 3)
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vivarium.cli",
-            "fork",
-            str(parent.path),
-            "--at-step",
-            "1",
-            "--set",
-            "x",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = vvm("fork", str(parent.path), "--at-step", "1", "--set", "x")
     assert bad.returncode != 0
     assert bad.stderr.strip().count("\n") == 0 and "expected KEY=VALUE" in bad.stderr
 

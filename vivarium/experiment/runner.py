@@ -322,23 +322,15 @@ def run_experiment(
     path = trace_path(config, db, overwrite=overwrite, folder=folder, stacklevel=stacklevel + 1)
     check_new_trace_path(path)
     done = None if overwrite else unfinished_steps(path, config)
+    begins = False
     if done is None and config.fork_of is not None:
         # A fork begins as its parent's steps before the fork, copied, and its state there;
         # from then on it is an unfinished run like any other, finished by a resume.
         copied = start_fork(config, path)
         if copied and is_complete(open_run(path)):
             return open_run(path)  # a fork that changes nothing: its finished parent, copied
-        return resume_run(
-            path,
-            progress=progress,
-            llm=transport_settings(config),
-            open_run=open_run,
-            stacklevel=stacklevel + 1,
-            on_step=on_step,
-            on_start=on_start,
-            _fork_begins=not copied,
-        )
-    if done is not None:
+        begins = not copied
+    elif done is not None:
         # The same run, stopped (Ctrl-C, an outage, a killed process) after committing steps:
         # a cell run again goes on from there instead of throwing them away.
         warnings.warn(
@@ -348,6 +340,7 @@ def run_experiment(
             ResumedWarning,
             stacklevel=stacklevel + 1,
         )
+    if done is not None or config.fork_of is not None:
         return resume_run(
             path,
             progress=progress,
@@ -356,6 +349,7 @@ def run_experiment(
             stacklevel=stacklevel + 1,
             on_step=on_step,
             on_start=on_start,
+            _fork_begins=begins,
         )
     trace: TraceDb | None = None
     bar = None
@@ -887,9 +881,10 @@ def _fork_state(
 def _state_source(
     parent: Path, meta: dict[str, Any], step: int, where: str
 ) -> tuple[Path, dict[str, Any]]:
-    """The run whose config made the parent's state after ``step - 1``: the parent, or the
-    ancestor whose steps a fork of it copied (a fork of a fork at a step before the first
-    fork's, whose prefix is the grandparent's run, under the grandparent's config).
+    """The run whose config made the parent's state after ``step - 1``.
+
+    The parent, or the ancestor whose steps it copied: a fork of a fork at a step before the
+    first fork's starts from the grandparent's run, made under the grandparent's config.
 
     Raises:
         ConfigError: That ancestor's trace is no longer where its fork recorded it.

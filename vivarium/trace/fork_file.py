@@ -86,9 +86,11 @@ def write_fork_file(
         TraceError: The parent cannot be read or the child cannot be written (one line).
     """
     rows = dict(meta_rows or {})
+    rows[FORK_PARENT_META_KEY] = _reference(parent, child)
+    record = (meta, list(agents), created, at_step)
 
     def make(con: sqlite3.Connection) -> None:
-        _make_child(con, parent, child, at_step, meta, agents, state, created, rows)
+        _make_child(con, record, state, rows)
 
     _copied(parent, child, make, what="fork")
 
@@ -154,16 +156,15 @@ def _copied(
 
 def _make_child(
     con: sqlite3.Connection,
-    parent: Path,
-    child: Path,
-    at_step: int,
-    meta: RunMetadata,
-    agents: Iterable[tuple[int, str, str, str | None]],
+    record: tuple[RunMetadata, list[tuple[int, str, str, str | None]], str | None, int],
     state: ForkState | None,
-    created: str | None,
     meta_rows: dict[str, str | None],
 ) -> None:
-    """Turn the copy of the parent into the child's file, in one transaction."""
+    """Turn the copy of the parent into the child's file, in one transaction.
+
+    ``record`` is the child's run record: its metadata, agents, creation time and first step.
+    """
+    meta, agents, created, at_step = record
     con.execute("BEGIN IMMEDIATE")
     _truncate(con, at_step - 1)
     con.execute("DELETE FROM checkpoints")
@@ -182,7 +183,6 @@ def _make_child(
     write_run_record(con, meta, agents, created=created, steps_done=at_step)
     if state is not None:
         con.execute("INSERT INTO checkpoints VALUES (?, ?, ?, ?)", tuple(state))
-    meta_rows[FORK_PARENT_META_KEY] = _reference(parent, child)
     for key, value in meta_rows.items():
         if value is None:
             con.execute("DELETE FROM meta WHERE key = ?", (key,))
