@@ -443,3 +443,17 @@ def test_a_fork_of_a_fork_before_its_fork_step_starts_from_the_grandparents_stat
             child.fork(2, inputs={"c": 3}, db=tmp_path / "orphan.sqlite").run(progress=False)
     finally:
         parent_copy.rename(parent.path)
+
+
+@pytest.mark.parametrize("kind", ["channel_random_simultaneous", "boltzmann"])
+def test_a_fork_to_another_seed_draws_anew_after_the_fork_and_repeats_itself(
+    parents: dict[str, Run], kind: str, tmp_path: Path
+) -> None:
+    parent = parents[kind]
+    t = 2
+    one = parent.fork(t, seed=77, db=tmp_path / "one.sqlite").run(progress=False)
+    two = parent.fork(t, seed=77, db=tmp_path / "two.sqlite").run(progress=False)
+    assert one.path.read_bytes() == two.path.read_bytes()  # deterministic
+    assert before(one.path, t) == before(parent.path, t)
+    # The random agents' draws after the fork are new: the decisions differ from the parent's.
+    assert behaviour(one.path, t)[1] != behaviour(parent.path, t)[1]

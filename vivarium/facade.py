@@ -407,9 +407,11 @@ class Run(TraceRun):
         ``policy``: the agent gets a group of its own, every id kept). The state it starts
         from is this run's after step
         ``at_step - 1``: the world, every agent's memory and generator (an agent whose policy
-        class changed starts its new policy fresh). A change of ``seed`` reaches what is drawn
-        from the run's seed step by step (the order of agents, the LLM's sampling seed); a
-        generator a policy or the world keeps in its state goes on as the parent's did.
+        class changed starts its new policy fresh). A change of ``seed`` gives the steps after
+        the fork new random streams: every policy starts as the child's seed builds it (for
+        the built-in ones, their generators; the agents' memories go on), and what is drawn
+        from the run's seed step by step (the order of agents, the LLM's sampling seeds)
+        follows it; a generator the world keeps in its state goes on as the parent's did.
 
         The child records its parent and fork step (``lineage``); a fork of a fork works. A
         fork without changes is this run: the same run id and, run, the same bytes. Its trace

@@ -851,9 +851,12 @@ def _fork_state(
         engine.run(fork.step - start, finish=False)
         saved = engine.checkpoint_state()
         agents = saved["agents"]
+        reseeded = pconfig.seed != config.seed
         for idx, agent_id in enumerate(child.agent_ids):
-            if type(child.policies[idx]) is not type(engine.policies[idx]):
-                # A policy the fork changed starts fresh; the agent's own state goes on.
+            if reseeded or type(child.policies[idx]) is not type(engine.policies[idx]):
+                # A policy the fork changed, or every policy of a fork to another seed, starts
+                # as the child built it (for the built-ins: a generator from the child's seed);
+                # the agent's own state (its memory) goes on.
                 fresh = child.capabilities[idx].stateful
                 agents[agent_id]["policy"] = child.policies[idx].get_state() if fresh else None
         state = (
