@@ -48,6 +48,9 @@ QUICK = {
     ],
     "benchmarks/trace_sql.py": ["--sizes", "40x10", "--repeat", "1", "--no-write"],
     "benchmarks/fixed_cost.py": ["--runs", "3", "--no-write"],
+    "benchmarks/fork_cost.py": [
+        "--agents", "3", "--steps", "4", "--latency-ms", "1", "--repeat", "1", "--no-write",
+    ],
     "benchmarks/sweep_vs_mesa.py": ["--runs", "4", "--workers", "1", "--no-write"],
     "benchmarks/llm_concurrency.py": [
         "--agents", "4", "--steps", "2", "--latency-ms", "5", "--repeats", "1", "--no-write",

@@ -111,6 +111,14 @@ FIGURES: dict[str, Cell | Text] = {
     r"(\d+%) of all prompt tokens": Text(_SERVED, r"served from the server's cache .*?\((\d+%)\)"),
     r"a call adds (\d+) B to the trace": Text("llm_scale", r"\((\d+) B a call\)"),
     r"(\d+) B of it new text": Cell("llm_scale", ("new text stored a call",), "value", 0),
+    r"a fork at step 6 made (\S+) model calls": Cell(
+        "fork_cost", ("6 of 12",), "fork: model calls", WHOLE
+    ),
+    r"a fork at step 6 made \S+ model calls in (\S+) s": Cell(
+        "fork_cost", ("6 of 12",), "fork s", WHOLE
+    ),
+    r"again made (\S+) in \S+ s\)": Cell("fork_cost", ("6 of 12",), "again: model calls", WHOLE),
+    r"again made \S+ in (\S+) s\)": Cell("fork_cost", ("6 of 12",), "again s", WHOLE),
 }
 
 # What the README states as measured: a ratio, or CPU time a decision.
