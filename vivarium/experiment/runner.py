@@ -729,7 +729,7 @@ def fork_base(parent: str | os.PathLike[str], at_step: int) -> ExperimentConfig:
     data["fork_of"] = ForkOrigin(
         run_id=meta["run_id"],
         step=at_step,
-        trace=str(p),
+        trace=str(p.resolve()),  # wherever the fork runs from (a sweep's worker, a notebook)
         parent_fork=meta["config"].get("fork_of"),
     ).model_dump()
     return make_config(ExperimentConfig, data, where=f"fork {p}")
