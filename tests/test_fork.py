@@ -457,3 +457,41 @@ def test_a_fork_to_another_seed_draws_anew_after_the_fork_and_repeats_itself(
     assert before(one.path, t) == before(parent.path, t)
     # The random agents' draws after the fork are new: the decisions differ from the parent's.
     assert behaviour(one.path, t)[1] != behaviour(parent.path, t)[1]
+
+
+class HiddenDice:
+    """A policy of one's own with a generator it does not save (no get_state)."""
+
+    def __init__(self, agent_id: str, seed: int) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+
+    def decide(
+        self, *, run_id: str, time_step: int, agent_id: str, observation: dict[str, Any]
+    ) -> ActionRequest:
+        action = "give" if self.rng.random() < 0.5 else "take"
+        return ActionRequest(
+            run_id=run_id, time_step=time_step, agent_id=agent_id, action_name=action
+        )
+
+
+def hidden_dice(agent_id: str, seed: int) -> HiddenDice:
+    return HiddenDice(agent_id, seed)
+
+
+def test_a_policy_that_hides_state_is_refused_before_the_fork_goes_wrong(tmp_path: Path) -> None:
+    """The state handed over is checked: restored alone, it makes the parent's next step."""
+    parent = Experiment(name="hidden", world=pot_world, policy=hidden_dice, agents=3, steps=6).run(
+        tmp_path / "hidden.sqlite", progress=False
+    )
+    with pytest.raises(
+        ConfigError, match=r"keeps state that snapshot\(\)/get_state\(\) leaves"
+    ) as e:
+        parent.fork(3, seed=1, db=tmp_path / "f.sqlite").run(progress=False)
+    assert "\n" not in str(e.value) and not (tmp_path / "f.sqlite").exists()
+    # From step 0 nothing is handed over: the fork runs from its own start.
+    assert (
+        parent.fork(0, seed=1, db=tmp_path / "zero.sqlite").run(progress=False).metadata["status"]
+        == "complete"
+    )

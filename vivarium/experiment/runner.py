@@ -822,6 +822,7 @@ def _fork_state(
 ) -> tuple[int, str, str, str]:
     """The parent's state after the step before the fork, as the child's checkpoint holds it."""
     from vivarium.seeding import canonical_json
+    from vivarium.trace.resume import Checkpoint
 
     fork = config.fork_of
     assert fork is not None
@@ -850,6 +851,12 @@ def _fork_state(
         engine, start = _rebuilt(pconfig, parent, fork.step, shared, None)  # type: ignore[arg-type]
         engine.run(fork.step - start, finish=False)
         saved = engine.checkpoint_state()
+        handed = Checkpoint(
+            fork.step - 1,
+            engine.state_hash,
+            canonical_json(saved["world"]),
+            canonical_json(saved["agents"]),
+        )
         agents = saved["agents"]
         reseeded = pconfig.seed != config.seed
         for idx, agent_id in enumerate(child.agent_ids):
@@ -871,14 +878,49 @@ def _fork_state(
         ) from None
     finally:
         _discard(shared)
-    from vivarium.trace.resume import Checkpoint
-
+    if int(meta["steps_done"]) > fork.step:
+        _vouch(pconfig, parent, handed, where)
     if not _restore(child, Checkpoint(*state)):
         raise ConfigError(
             f"{where}: the fork's world or policies cannot take the parent's state after step "
             f"{fork.step - 1} (a world or policy the fork changed saves another kind of state)"
         )
     return state
+
+
+def _vouch(config: ExperimentConfig, parent: Path, state: Any, where: str) -> None:
+    """Check that ``state`` is all of the parent's: restored, it makes the parent's next step.
+
+    A world or policy that keeps state its ``snapshot()`` or ``get_state()`` leaves out (a
+    generator of its own) would hand a fork less than the parent had, and the fork would go on
+    from another state than its parent's without a word. As a resume checks a checkpoint, the
+    parent is built again from the state alone and its next step re-executed (its calls
+    answered from its trace) against the state hash it recorded.
+
+    Raises:
+        ConfigError: The step comes out otherwise (one line).
+    """
+    from vivarium.engine.deciding import RunAborted
+    from vivarium.gateways.recorded import RecordedCalls
+    from vivarium.trace.resume import recorded_calls, recorded_hashes
+
+    step = state.step + 1
+    shared: dict[str, Any] = {}
+    try:
+        engine = build_engine(config, None, shared)
+        if not _restore(engine, state):
+            raise ResumeDiverged("its state cannot be restored", step=step)
+        shared["recorded_calls"] = calls = RecordedCalls(recorded_calls(parent, step, step + 1))
+        engine.replay_recorded(recorded_hashes(parent, step, step + 1), calls)
+        engine.run(1, finish=False)
+    except (ResumeDiverged, RunAborted):
+        raise ConfigError(
+            f"{where}: the parent's state after step {step - 1} does not make its step {step} "
+            "again: its world or a policy keeps state that snapshot()/get_state() leaves out "
+            "(a generator of its own); save all of it, or fork at step 0"
+        ) from None
+    finally:
+        _discard(shared)
 
 
 def _state_source(
