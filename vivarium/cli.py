@@ -628,6 +628,23 @@ def _cmd_fork(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    """Compare two runs (or two sweep folders): exit 0 when identical, 1 when they differ."""
+    a, b = Path(args.a), Path(args.b)
+    if a.is_dir() != b.is_dir():
+        raise ConfigError(f"compare two traces or two sweep folders, not {a} and {b}")
+    if a.is_dir():
+        from vivarium.sweep.diff import diff_sweeps
+
+        found: Any = diff_sweeps(a, b)
+    else:
+        from vivarium.trace.diff import diff_runs
+
+        found = diff_runs(a, b)
+    print("\n".join(found.lines()))
+    return 0 if found.identical else 1
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep: exit 0 when every run is complete, else 1.
 
@@ -923,6 +940,15 @@ def build_parser() -> argparse.ArgumentParser:
     rk.add_argument("--api-base", default=None)
     rk.add_argument("--api-key", default=None, help="or env VIVARIUM_API_KEY")
     pk.set_defaults(func=_cmd_fork)
+
+    pd_ = sub.add_parser(
+        "diff",
+        help="compare two runs (or sweeps): config, first divergence, decisions that differ; "
+        "exit 0 when identical, 1 when not",
+    )
+    pd_.add_argument("a", type=Path, help="a trace file (or a sweep folder)")
+    pd_.add_argument("b", type=Path, help="the trace (or sweep folder) to compare it with")
+    pd_.set_defaults(func=_cmd_diff)
 
     ps = sub.add_parser("sweep", help="run a config over a grid of parameters and seeds")
     ps.add_argument("config", type=Path, help="config file (may hold a `sweep:` section)")

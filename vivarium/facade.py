@@ -447,6 +447,18 @@ class Run(TraceRun):
         child.config = child.config.model_copy(update={"db": str(path)})
         return child
 
+    def diff(self, other: str | os.PathLike[str] | TraceRun) -> Any:
+        """Compare this run with ``other`` (a run or its trace): ``vvm diff``'s comparison.
+
+        Returns:
+            A ``RunDiff``: ``config`` (the keys that differ), ``first`` (the first divergence:
+            step, agent and what differs), ``decisions_differing``, ``identical``; shown as a
+            table in a notebook.
+        """
+        from vivarium.trace.diff import diff_runs
+
+        return diff_runs(self.path, other.path if isinstance(other, TraceRun) else other)
+
     @property
     def lineage(self) -> list[Any]:
         """This run, then the run it forked, and so on: ``(run_id, path, fork_step)`` each.

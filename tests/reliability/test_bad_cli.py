@@ -117,6 +117,8 @@ class Files:
             flag == "db"
         ):  # resume, validate, interview (validate: a never-started run is incomplete)
             return [self.missing, self.folder, self.text, self.empty, self.foreign]
+        if flag in ("a", "b"):  # diff: a folder beside a trace, or no trace at all
+            return [self.missing, self.folder, self.text, self.empty, self.foreign]
         raise AssertionError(f"no bad paths for {flag}")
 
     def base(self, command: str) -> list[str]:
@@ -148,6 +150,7 @@ class Files:
                 "--no-progress",
             ],  # fmt: skip
             "figures": ["--out", str(self.root / "figs"), "--data", str(self.missing)],
+            "diff": [str(self.trace), str(self.trace)],
         }[command]
 
 

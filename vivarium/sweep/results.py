@@ -324,6 +324,17 @@ class Sweep(FrameViews):
             line += f"; {len(self.problems)} complete runs with problems, first: {self.problems[0]}"
         return line
 
+    def diff(self, other: Sweep | str | os.PathLike[str]) -> Any:
+        """Compare this sweep with ``other`` run by run (``vvm diff A B`` on two folders).
+
+        Returns:
+            A ``SweepDiff``: each pair of runs' ``RunDiff``, the runs one sweep lacks, and
+            ``identical``.
+        """
+        from vivarium.sweep.diff import diff_sweeps
+
+        return diff_sweeps(self.folder, other.folder if isinstance(other, Sweep) else other)
+
     def inspect(self, **kwargs: Any) -> Any:
         """A notebook decision inspector over this sweep's runs (``vivarium.inspector``)."""
         from vivarium.inspector import Inspector  # the one upward import (see pyproject)
