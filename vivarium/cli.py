@@ -645,6 +645,25 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 0 if found.identical else 1
 
 
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    from vivarium.experiment.bundle import make_bundle
+
+    notes = make_bundle(args.paths, args.out, progress=not args.no_progress)
+    for note in notes:
+        print(f"vvm bundle: note: {note}", file=sys.stderr)
+    print(f"bundled: {args.out} (check it anywhere with: vvm verify {args.out})")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Re-run a bundle's runs offline: exit 0 when every one matches, 1 otherwise."""
+    from vivarium.experiment.bundle import verify_bundle
+
+    check = verify_bundle(args.archive, progress=not args.no_progress)
+    print("\n".join(check.lines()))
+    return 0 if check.ok else 1
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep: exit 0 when every run is complete, else 1.
 
@@ -940,6 +959,21 @@ def build_parser() -> argparse.ArgumentParser:
     rk.add_argument("--api-base", default=None)
     rk.add_argument("--api-key", default=None, help="or env VIVARIUM_API_KEY")
     pk.set_defaults(func=_cmd_fork)
+
+    pb = sub.add_parser(
+        "bundle", help="put runs, sweeps or folders of traces in one archive a reviewer verifies"
+    )
+    pb.add_argument("paths", type=Path, nargs="+", help="trace files, sweep folders, folders")
+    pb.add_argument("--out", type=Path, required=True, help="the archive to write (study.zip)")
+    pb.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pb.set_defaults(func=_cmd_bundle)
+
+    pv_ = sub.add_parser(
+        "verify", help="re-run a bundle's runs offline and check every trace; exit 0 when all match"
+    )
+    pv_.add_argument("archive", type=Path, help="the bundle (study.zip)")
+    pv_.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pv_.set_defaults(func=_cmd_verify)
 
     pd_ = sub.add_parser(
         "diff",

@@ -459,6 +459,17 @@ class Run(TraceRun):
 
         return diff_runs(self.path, other.path if isinstance(other, TraceRun) else other)
 
+    def bundle(self, out: str | os.PathLike[str]) -> list[str]:
+        """Write this run (and the runs it forks) to the archive ``out``: ``vvm bundle``.
+
+        Returns:
+            Notes on what ``vvm verify`` cannot re-run, and why (see
+            ``vivarium.experiment.bundle``).
+        """
+        from vivarium.experiment.bundle import make_bundle
+
+        return make_bundle([self.path], out)
+
     @property
     def lineage(self) -> list[Any]:
         """This run, then the run it forked, and so on: ``(run_id, path, fork_step)`` each.

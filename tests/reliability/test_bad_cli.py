@@ -89,6 +89,15 @@ class Files:
         trace.close()
         self.copies = 0
 
+    def bundle(self) -> Path:
+        """A bundle of the finished trace (made once)."""
+        from vivarium.experiment.bundle import make_bundle
+
+        path = self.root / "study.zip"
+        if not path.exists():
+            make_bundle([self.trace], path)
+        return path
+
     def partial_copy(self) -> Path:
         """A fresh copy of an interrupted LLM run: resume flags matter for it."""
         self.copies += 1
@@ -119,6 +128,8 @@ class Files:
             return [self.missing, self.folder, self.text, self.empty, self.foreign]
         if flag in ("a", "b"):  # diff: a folder beside a trace, or no trace at all
             return [self.missing, self.folder, self.text, self.empty, self.foreign]
+        if flag in ("paths", "archive"):  # bundle's traces, verify's archive
+            return [self.missing, self.text, self.empty, self.foreign]
         raise AssertionError(f"no bad paths for {flag}")
 
     def base(self, command: str) -> list[str]:
@@ -151,6 +162,8 @@ class Files:
             ],  # fmt: skip
             "figures": ["--out", str(self.root / "figs"), "--data", str(self.missing)],
             "diff": [str(self.trace), str(self.trace)],
+            "bundle": [str(self.trace), "--out", str(self.root / "b.zip"), "--no-progress"],
+            "verify": [str(self.bundle()), "--no-progress"],
         }[command]
 
 

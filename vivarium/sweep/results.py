@@ -324,6 +324,17 @@ class Sweep(FrameViews):
             line += f"; {len(self.problems)} complete runs with problems, first: {self.problems[0]}"
         return line
 
+    def bundle(self, out: str | os.PathLike[str]) -> list[str]:
+        """Write this sweep's finished runs to the archive ``out``: ``vvm bundle``.
+
+        Returns:
+            Notes on what ``vvm verify`` cannot re-run, and why.
+        """
+        from vivarium.experiment.bundle import make_bundle
+
+        finished = [self.folder / row["path"] for row in self._rows if row["status"] == "complete"]
+        return make_bundle(list(finished), out)
+
     def diff(self, other: Sweep | str | os.PathLike[str]) -> Any:
         """Compare this sweep with ``other`` run by run (``vvm diff A B`` on two folders).
 
