@@ -40,7 +40,7 @@ def test_the_package_holds_the_flow_its_docstring_reads() -> None:
     modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
     flow = _flow_in_docstring()
     assert flow == ["config", "overrides", "sections", "objects", "plan", "build", "identity",
-                    "paths", "runner", "interview"]  # fmt: skip
+                    "paths", "runner", "interview", "bundle"]  # fmt: skip
     assert sorted([*flow, "digest"]) == modules
 
 

@@ -141,8 +141,18 @@ def check_rejection(exc: ConfigError, where: str, keys: list[str] | None = None)
 
 
 def exercise(config: ExperimentConfig) -> None:
-    """An accepted config is usable: it has a run id, and a small one builds and steps."""
-    config.resolved_run_id()
+    """An accepted config is usable: it has a run id, and a small one builds and steps.
+
+    Its id digests the declared input files as they are now: one that is not there is said
+    when the run is identified, in one line naming the field (the config itself is valid
+    wherever the file is).
+    """
+    try:
+        config.resolved_run_id()
+    except ConfigError as exc:
+        assert config.input_files, str(exc)
+        check_rejection(exc, "input_files")
+        return
     json.dumps(config.identity(), default=str)
     if config.agent_count > 50 or config.world != "channel" and config.agent_count > 10:
         return
@@ -159,6 +169,7 @@ def exercise(config: ExperimentConfig) -> None:
 
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=config_dicts())
+@example(data={"world": "channel", "input_files": ["channel"]})  # a declared file not there
 def test_any_config_mapping_is_accepted_or_one_line_naming_the_field(data: dict[str, Any]) -> None:
     try:
         config = make_config(ExperimentConfig, data)

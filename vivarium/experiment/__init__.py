@@ -19,6 +19,8 @@ contract, ``experiment-flow`` in ``pyproject.toml``, keeps that order):
    one line an outage ends in.
 10. ``interview``: an agent of a finished run asked a question in the context it had at a
     step, the trace left as it was and the exchange kept beside it.
+11. ``bundle``: runs handed over in one archive, and re-run offline to check that every trace
+    comes out the same (beside ``interview``: both use finished runs and the runner).
 
 Under them all, ``digest``: how a piece of code or a value is digested, by value (a config
 records the digest of an option JSON cannot hold, so it sits below ``config``).
