@@ -659,7 +659,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     """Re-run a bundle's runs offline: exit 0 when every one matches, 1 otherwise."""
     from vivarium.experiment.bundle import verify_bundle
 
-    check = verify_bundle(args.archive, progress=not args.no_progress)
+    check = verify_bundle(args.archive, progress=not args.no_progress, keep=args.keep)
     print("\n".join(check.lines()))
     return 0 if check.ok else 1
 
@@ -972,6 +972,9 @@ def build_parser() -> argparse.ArgumentParser:
         "verify", help="re-run a bundle's runs offline and check every trace; exit 0 when all match"
     )
     pv_.add_argument("archive", type=Path, help="the bundle (study.zip)")
+    pv_.add_argument(
+        "--keep", type=Path, default=None, help="keep the re-run traces in this folder"
+    )
     pv_.add_argument("--no-progress", action="store_true", help="no progress bar")
     pv_.set_defaults(func=_cmd_verify)
 

@@ -323,8 +323,19 @@ class BundleCheck:
         )
 
 
-def verify_bundle(archive: str | os.PathLike[str], *, progress: bool = False) -> BundleCheck:
+def verify_bundle(
+    archive: str | os.PathLike[str],
+    *,
+    progress: bool = False,
+    keep: str | os.PathLike[str] | None = None,
+) -> BundleCheck:
     """Check a bundle's manifest, re-run its runs offline, and compare every trace (see module).
+
+    Args:
+        archive: The bundle.
+        progress: Show a progress bar over the runs.
+        keep: A folder to keep the re-run traces in (``<run>.sqlite``), to make a figure
+            from them; None: they go with the scratch folder.
 
     Raises:
         ConfigError: ``archive`` is no bundle (one line).
@@ -351,6 +362,11 @@ def verify_bundle(archive: str | os.PathLike[str], *, progress: bool = False) ->
             if not what.startswith("same"):
                 check.problem = f"{name}: {what}"
                 break
+        if keep is not None:
+            kept = Path(keep)
+            kept.mkdir(parents=True, exist_ok=True)
+            for trace in sorted((folder / "rerun").glob("*.sqlite")):
+                shutil.copyfile(trace, kept / trace.name)
     return check
 
 
