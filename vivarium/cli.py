@@ -664,6 +664,26 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if check.ok else 1
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from vivarium.trace.otel import export_otel
+
+    if args.otel is None and args.endpoint is None:
+        raise ConfigError("say where the run goes: --otel FILE (OTLP JSON) or --endpoint URL")
+    headers = {}
+    for item in args.header or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--header {item!r}: expected NAME=VALUE")
+        headers[key.strip()] = value
+    request = export_otel(
+        args.db, args.otel, endpoint=args.endpoint, headers=headers, content=not args.no_content
+    )
+    spans = len(request["resourceSpans"][0]["scopeSpans"][0]["spans"])
+    where = " and ".join(str(w) for w in (args.otel, args.endpoint) if w is not None)
+    print(f"exported: {spans} spans (the run, its steps, its LLM calls) to {where}")
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep: exit 0 when every run is complete, else 1.
 
@@ -977,6 +997,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pv_.add_argument("--no-progress", action="store_true", help="no progress bar")
     pv_.set_defaults(func=_cmd_verify)
+
+    px = sub.add_parser(
+        "export", help="a run as one OpenTelemetry trace (OTLP JSON) for Phoenix, Langfuse, ..."
+    )
+    px.add_argument("db", type=Path, help="trace file of the run")
+    px.add_argument("--otel", type=Path, default=None, help="write OTLP JSON to this file")
+    px.add_argument(
+        "--endpoint", default=None, help="also send it to this OTLP/HTTP collector (base URL)"
+    )
+    px.add_argument(
+        "--header",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE",
+        help="an HTTP header for the endpoint, e.g. Authorization='Basic ...' (repeatable)",
+    )
+    px.add_argument(
+        "--no-content", action="store_true", help="leave the prompts and replies out of the spans"
+    )
+    px.set_defaults(func=_cmd_export)
 
     pd_ = sub.add_parser(
         "diff",

@@ -41,6 +41,8 @@ TEXT_BAD = {
     "--override": ["noequals", "=1", "run.steps", "nosection.x=1", "run.stepz=1", "run.steps=-1"],
     "--set": ["noequals", "=1", "stepz=3", "steps=-1", "llm..x=1", "seed=a", "fork_of=1"],
     "--set-agent": ["noequals", "agent_009.system_prompt=x", "agent_000.colour=red", "x"],
+    "--endpoint": ["", "nothing://x", "http://127.0.0.1:9"],
+    "--header": ["noequals", "=x"],
 }
 TEXT_FREE = {"--api-base", "--api-key", "--system-prompt", "--force-tool", "--ray-address"}
 SKIP: set[tuple[str, str]] = set()
@@ -115,7 +117,7 @@ class Files:
             return [self.folder, self.text, self.foreign, self.under_file]
         if flag == "--cache":
             return [self.folder, self.text, self.foreign, self.under_file]
-        if flag in ("--folder", "--out", "--export-parquet", "--runs-dir"):
+        if flag in ("--folder", "--out", "--export-parquet", "--runs-dir", "--otel", "--keep"):
             return [self.text, self.under_file]
         if flag == "--data":
             return [self.missing, self.text, self.folder]
@@ -164,6 +166,7 @@ class Files:
             "diff": [str(self.trace), str(self.trace)],
             "bundle": [str(self.trace), "--out", str(self.root / "b.zip"), "--no-progress"],
             "verify": [str(self.bundle()), "--no-progress"],
+            "export": [str(self.trace), "--otel", str(self.root / "run.otlp.json")],
         }[command]
 
 

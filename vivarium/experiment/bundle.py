@@ -342,6 +342,11 @@ def verify_bundle(
     """
     path = Path(archive)
     check = BundleCheck(path)
+    if keep is not None:  # said before anything runs, not after
+        try:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"verify: --keep {keep}: {exc.strerror or exc}") from None
     try:
         zipped = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:

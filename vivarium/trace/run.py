@@ -156,6 +156,28 @@ class TraceRun(FrameViews):
             self._frames["llm_call_ids"] = ids[:rows]
         return _call_ids(self._frames["llm_call_ids"])
 
+    def to_otel(
+        self,
+        out: str | os.PathLike[str] | None = None,
+        *,
+        endpoint: str | None = None,
+        content: bool = True,
+    ) -> dict[str, Any]:
+        """This run as one OpenTelemetry trace (``vivarium.trace.otel``): OTLP JSON.
+
+        Args:
+            out: Write it to this file (as ``vvm export --otel``).
+            endpoint: Also send it to this OTLP/HTTP collector (Phoenix, Langfuse, ...).
+            content: Put prompts and replies on the LLM call spans (the GenAI convention's
+                opt-in content attributes).
+
+        Returns:
+            The ``ExportTraceServiceRequest``, as a JSON-ready dict.
+        """
+        from vivarium.trace.otel import export_otel
+
+        return export_otel(self.path, out, endpoint=endpoint, content=content)
+
     def llm_exchanges(
         self,
         *,
