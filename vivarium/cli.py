@@ -684,6 +684,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from vivarium.facade import Run
+
+    written = Run.open(args.db).report(args.out)
+    print(f"report: {written} (one self-contained page: open it in any browser, offline)")
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """Run a sweep: exit 0 when every run is complete, else 1.
 
@@ -997,6 +1005,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pv_.add_argument("--no-progress", action="store_true", help="no progress bar")
     pv_.set_defaults(func=_cmd_verify)
+
+    pr = sub.add_parser(
+        "report", help="a run as one static HTML page: summary, health, figures, decisions"
+    )
+    pr.add_argument("db", type=Path, help="trace file of the run")
+    pr.add_argument("--out", type=Path, required=True, help="the page to write (run.html)")
+    pr.set_defaults(func=_cmd_report)
 
     px = sub.add_parser(
         "export", help="a run as one OpenTelemetry trace (OTLP JSON) for Phoenix, Langfuse, ..."

@@ -459,6 +459,16 @@ class Run(TraceRun):
 
         return diff_runs(self.path, other.path if isinstance(other, TraceRun) else other)
 
+    def report(self, out: str | os.PathLike[str], *, max_decisions: int = 2000) -> Path:
+        """Write this run as one static HTML page: ``vvm report``.
+
+        Summary, health, figures and a decision inspector that works offline
+        (``vivarium.inspector.report``). Returns the path written.
+        """
+        from vivarium.inspector.report import write_report
+
+        return write_report(self, out, max_decisions=max_decisions)
+
     def bundle(self, out: str | os.PathLike[str]) -> list[str]:
         """Write this run (and the runs it forks) to the archive ``out``: ``vvm bundle``.
 

@@ -167,6 +167,7 @@ class Files:
             "bundle": [str(self.trace), "--out", str(self.root / "b.zip"), "--no-progress"],
             "verify": [str(self.bundle()), "--no-progress"],
             "export": [str(self.trace), "--otel", str(self.root / "run.otlp.json")],
+            "report": [str(self.trace), "--out", str(self.root / "run.html")],
         }[command]
 
 
