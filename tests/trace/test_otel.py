@@ -143,6 +143,7 @@ class _Collector(http.server.BaseHTTPRequestHandler):
 def test_vvm_export_writes_and_sends_it(run: Run, tmp_path: Path) -> None:
     server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Collector.received.clear()
     try:
         out = tmp_path / "cli.json"
         done = subprocess.run(
@@ -154,10 +155,29 @@ def test_vvm_export_writes_and_sends_it(run: Run, tmp_path: Path) -> None:
         server.shutdown()
     assert done.returncode == 0, done.stderr
     ((where, kind, body),) = _Collector.received
-    assert (where, kind) == ("/v1/traces", "application/json")
-    assert json.loads(body) == json.loads(out.read_text())
+    # Sent as protobuf (opentelemetry-proto is installed here): the same trace as the file.
+    assert (where, kind) == ("/v1/traces", "application/x-protobuf")
+    assert ExportTraceServiceRequest.FromString(body) == parsed(json.loads(out.read_text()))
     none = subprocess.run(
         [sys.executable, "-m", "vivarium.cli", "export", str(run.path)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert none.returncode == 2 and "--otel FILE" in none.stderr
+
+
+def test_without_opentelemetry_proto_it_is_sent_as_json(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vivarium.trace.otel as otel
+
+    monkeypatch.setattr(otel, "_protobuf", lambda request: None)
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Collector.received.clear()
+    try:
+        request = run.to_otel(endpoint=f"http://127.0.0.1:{server.server_port}/v1/traces")
+    finally:
+        server.shutdown()
+    ((where, kind, body),) = _Collector.received
+    assert (where, kind) == ("/v1/traces", "application/json")
+    assert json.loads(body) == request

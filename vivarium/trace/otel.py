@@ -16,8 +16,9 @@ Times: a trace with wall-clock times places its spans where they happened; a det
 it recorded none), each step as long as its slowest call (1 ms when it made none), each call as
 long as its recorded latency. Ids derive from the run id, so the same run gives the same file.
 
-``endpoint=`` also sends it, as OTLP/HTTP with JSON (``POST {endpoint}/v1/traces``), which
-Phoenix and Langfuse accept; no OpenTelemetry package is needed for either.
+``endpoint=`` also sends it to an OTLP/HTTP collector (``POST {endpoint}/v1/traces``): as
+protobuf when ``opentelemetry-proto`` is installed (what Phoenix takes, and every collector), else
+as OTLP's JSON (which Langfuse and the OpenTelemetry Collector take).
 """
 
 from __future__ import annotations
@@ -230,6 +231,32 @@ def _call_span(
     }
 
 
+def _protobuf(request: dict[str, Any]) -> bytes | None:
+    """``request`` as OTLP protobuf, or None without ``opentelemetry-proto``.
+
+    OTLP's JSON writes ids in hex; protobuf's JSON mapping reads bytes as base64, so the ids are
+    converted before the message is parsed.
+    """
+    try:
+        from google.protobuf import json_format
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+    except ImportError:
+        return None
+    import base64
+
+    data = json.loads(json.dumps(request))
+    for resource in data["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    message = json_format.Parse(json.dumps(data), ExportTraceServiceRequest())
+    return bytes(message.SerializeToString())
+
+
 def _is_otlp(path: Path) -> bool:
     """Whether ``path`` holds an OTLP JSON export (one that may be written again)."""
     try:
@@ -292,12 +319,17 @@ def export_otel(
         url = endpoint.rstrip("/") + (
             "" if endpoint.rstrip("/").endswith("/v1/traces") else "/v1/traces"
         )
+        # Protobuf where OpenTelemetry's message definitions are installed (every collector
+        # takes it; Phoenix takes nothing else), else OTLP's JSON.
+        payload, kind = _protobuf(request), "application/x-protobuf"
+        if payload is None:
+            payload, kind = body, "application/json"
         try:
             post = urllib.request.Request(
                 url,
-                data=body,
+                data=payload,
                 method="POST",
-                headers={**(headers or {}), "Content-Type": "application/json"},
+                headers={**(headers or {}), "Content-Type": kind},
             )
             with urllib.request.urlopen(post, timeout=timeout) as reply:  # noqa: S310
                 if reply.status >= 300:
