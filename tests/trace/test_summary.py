@@ -7,6 +7,7 @@ included.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,40 @@ def test_any_decisions_are_counted_as_the_frame_reads_them(data: st.DataObject) 
     assert list(summary.by_action) == expected
     assert summary.succeeded == int(actions["success"].fillna(False).astype(bool).sum())
     assert summary.fallbacks == int(actions["fallback"].fillna(False).astype(bool).sum())
+
+
+@pytest.mark.parametrize("many", [False, True])
+@pytest.mark.parametrize("relisted", [None, ("success",), ("fallback",)])
+def test_each_column_is_read_as_the_frame_reads_it_on_either_path(
+    tmp_path: Path, many: bool, relisted: tuple[str, ...] | None
+) -> None:
+    """Rows written by hand that the writer's meta does not list are read as the frame reads
+    them (their default), whether the actions are counted in one pass or sorted (found by the
+    property above: the sorting path read them from the rows)."""
+    import sqlite3
+
+    path = g.unpack(g.load_manifest()["traces"]["schema4/channel_random"]["file"], tmp_path)
+    con = sqlite3.connect(path)
+    with con:
+        names = ACTION_NAMES if many else ["noop", "give"]
+        ids = [i for (i,) in con.execute("SELECT id FROM decisions ORDER BY id")]
+        con.executemany(
+            "UPDATE decisions SET action = ?, success = 0, fallback = 1 WHERE id = ?",
+            [(names[k % len(names)], i) for k, i in enumerate(ids)],
+        )
+        if relisted is not None:  # the meta lists every other column, and these
+            listed = json.loads(
+                con.execute(
+                    "SELECT value FROM meta WHERE key = 'decision_columns_filled'"
+                ).fetchone()[0]
+            )
+            con.execute(
+                "UPDATE meta SET value = ? WHERE key = 'decision_columns_filled'",
+                (json.dumps(sorted({*listed, *relisted})),),
+            )
+    con.close()
+    actions = Run.open(path).actions
+    summary = run_summary(path)
+    assert summary.succeeded == int(actions["success"].fillna(False).astype(bool).sum())
+    assert summary.fallbacks == int(actions["fallback"].fillna(False).astype(bool).sum())
+    assert list(summary.by_action) == counted(actions)

@@ -83,9 +83,9 @@ def _counts(con: sqlite3.Connection) -> list[tuple[str | None, int, int, int]]:
 
     ``GROUP BY action`` sorts every decision (a third of a second for a million); a run has a
     few actions, so they are found first (``DISTINCT``: no sort) and counted in one pass, each
-    a filter of it. ``success`` and ``fallback`` are read as the frames read them (true when
-    not 0; a fallback left empty is not one), and not at all when the writer's meta says no
-    row ever wrote them (every decision then succeeded and none fell back).
+    a filter of it. ``success`` and ``fallback`` are read as the frames read them, each on its
+    own (true when not 0; a fallback left empty is not one): not at all when the writer's meta
+    says no row ever wrote it (its default for every decision), on both paths alike.
     """
     from vivarium.trace.db import listed_filled
 
@@ -95,26 +95,27 @@ def _counts(con: sqlite3.Connection) -> list[tuple[str | None, int, int, int]]:
             "SELECT DISTINCT action FROM decisions LIMIT ?", (_FEW_ACTIONS + 1,)
         )
     ]
+    # Each column as the frames read it: from the rows where the writer's meta lists it as
+    # filled (or lists nothing), else its default for every row (the frames trust the meta).
     filled = listed_filled(con)
-    read = filled is None or bool(filled & {"success", "fallback"})
+    success = "(success != 0)" if filled is None or "success" in filled else "1"
+    fallback = "(COALESCE(fallback, 0) != 0)" if filled is None or "fallback" in filled else "0"
     if len(actions) > _FEW_ACTIONS:  # many actions: one sort is cheaper than many filters
         return [
             (action, int(n), int(ok), int(fell))
             for action, n, ok, fell in con.execute(
-                "SELECT action, count(*), COALESCE(SUM(success != 0), 0), "
-                "COALESCE(SUM(COALESCE(fallback, 0) != 0), 0) "
-                "FROM decisions GROUP BY action ORDER BY action"
+                f"SELECT action, count(*), COALESCE(SUM({success}), 0), "  # noqa: S608
+                f"COALESCE(SUM({fallback}), 0) FROM decisions GROUP BY action ORDER BY action"
             )
         ]
     actions.sort(key=lambda a: (a is not None, a or ""))  # SQLite's order: NULL first
+    read = success != "1" or fallback != "0"  # else every decision succeeded, none fell back
     columns = []
     for _ in actions:
         columns.append("count(*) FILTER (WHERE action IS ?)")
         if read:
-            columns.append("COALESCE(SUM(success != 0) FILTER (WHERE action IS ?), 0)")
-            columns.append(
-                "COALESCE(SUM(COALESCE(fallback, 0) != 0) FILTER (WHERE action IS ?), 0)"
-            )
+            columns.append(f"COALESCE(SUM({success}) FILTER (WHERE action IS ?), 0)")
+            columns.append(f"COALESCE(SUM({fallback}) FILTER (WHERE action IS ?), 0)")
     if not columns:
         return []
     per = 3 if read else 1
