@@ -175,6 +175,11 @@ def test_a_byte_changed_fails_on_the_manifest_before_anything_runs(
             sql(f"UPDATE decisions SET action = 'planted' WHERE id = {(2 << 24) | 1}"),
             "rand: first divergence: step 2, agent_001: action",
         ),
+        (  # a table diff does not read: every table is compared (it once passed as same)
+            "runs/rand.sqlite",
+            sql("UPDATE agents SET policy = 'planted' WHERE agent_idx = 0"),
+            "rand: table agents: its rows differ",
+        ),
         (
             "cassettes/real/channel_smollm2.cassette",
             sql("UPDATE replies SET response_json = replace(response_json, 'e', 'E')"),

@@ -14,8 +14,9 @@
 ``vvm verify study.zip`` checks the manifest first (a file changed, added or missing fails
 before anything runs), then re-runs each run in a scratch folder from its config, offline (its
 cassette replayed; a mock's replies are made again), and compares the new trace with the
-bundled one: the same bytes, or no difference ``vvm diff`` can see (a replayed call is a cache
-hit; a resumed run's trace keeps its interruptions). The first run that differs is said with
+bundled one: the same bytes, or every table's rows the same (aside from a replayed call's
+cache-hit flag, the meta that says where and how calls were made, and a resumed run's history
+of its stops). The first run that differs is said with
 its first divergence. Exit 0 when every run matches, 1 otherwise.
 """
 
@@ -443,9 +444,59 @@ def _rerun(root: Path, name: str, out: Path, rerun: dict[str, Path]) -> str:
     if run.path.read_bytes() == bundled.read_bytes():
         return "same bytes"
     found = diff_runs(bundled, run.path)
-    if found.identical:
-        return "same rows (the bytes differ only in what no comparison reads: cache hits, history)"
-    return found.first.line() if found.first is not None else "; ".join(found.lines()[1:3])
+    if not found.identical:
+        return found.first.line() if found.first is not None else "; ".join(found.lines()[1:3])
+    other = _table_difference(bundled, run.path)  # what diff does not read: every table else
+    if other is not None:
+        return other
+    return "same rows (the bytes differ only in where and how calls were made: cache hits, meta)"
+
+
+# What may differ between a run and its offline re-run without being another result: where
+# and how its calls were made (a replay is a cache hit, its settings name the scratch
+# cassette), who wrote it, and the history of its stops (a resumed run's).
+_VOLATILE_TABLES = frozenset({"interruptions", "meta"})
+_VOLATILE_COLUMNS = {"llm_calls": frozenset({"cache_hit"})}
+
+
+def _table_difference(a: Path, b: Path) -> str | None:
+    """The first table whose rows differ between the traces, else None (``_VOLATILE_*`` aside).
+
+    Every table is compared on its stored columns, row for row (``EXCEPT`` both ways): the
+    reporters, the agents, the checkpoints, the texts, as much as the decisions.
+    """
+    import sqlite3
+
+    from vivarium.trace.onefile import read_connection, read_uri
+
+    con = read_connection(a)
+    try:
+        con.execute("ATTACH DATABASE ? AS other", (read_uri(b),))
+        names = [
+            {r[0] for r in con.execute(f"SELECT name FROM {s}.sqlite_master WHERE type='table'")}  # noqa: S608
+            for s in ("main", "other")
+        ]
+        for name in sorted((names[0] | names[1]) - _VOLATILE_TABLES):
+            if name not in names[0] or name not in names[1]:
+                return (
+                    f"table {name}: only in the {'bundled' if name in names[0] else 're-run'} trace"
+                )
+            skip = _VOLATILE_COLUMNS.get(name, frozenset())
+            columns = ", ".join(
+                r[1] for r in con.execute(f"PRAGMA main.table_info({name})") if r[1] not in skip
+            )
+            for x, y in (("main", "other"), ("other", "main")):
+                row = con.execute(
+                    f"SELECT 1 FROM (SELECT {columns} FROM {x}.{name} "  # noqa: S608
+                    f"EXCEPT SELECT {columns} FROM {y}.{name}) LIMIT 1"
+                ).fetchone()
+                if row is not None:
+                    return f"table {name}: its rows differ from the re-run's"
+    except sqlite3.Error as exc:
+        return f"cannot compare the traces: {exc}"
+    finally:
+        con.close()
+    return None
 
 
 @contextlib.contextmanager

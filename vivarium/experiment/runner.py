@@ -835,7 +835,8 @@ def _fork_state(
     _check_registered_code(parent, pconfig)
     shared: dict[str, Any] = {}
     try:
-        engine = build_engine(pconfig, None, shared)
+        # Built as a resume builds it (its checkpoints used); checked before any step runs.
+        engine, start = _rebuilt(pconfig, parent, fork.step, shared, None)  # type: ignore[arg-type]
         if not engine.world_capabilities.checkpoints:
             raise ConfigError(
                 f"{where}: world {type(engine.world).__name__} cannot save its state "
@@ -847,8 +848,6 @@ def _fork_state(
                 f"{where}: a fork keeps its parent's agents ({len(engine.agent_ids)}: "
                 f"{_few(engine.agent_ids)}), not {len(child.agent_ids)} ({_few(child.agent_ids)})"
             )
-        _discard(shared)
-        engine, start = _rebuilt(pconfig, parent, fork.step, shared, None)  # type: ignore[arg-type]
         engine.run(fork.step - start, finish=False)
         saved = engine.checkpoint_state()
         handed = Checkpoint(

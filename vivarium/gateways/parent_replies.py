@@ -43,15 +43,20 @@ class ParentRepliesGateway(GatewayBase):
             calls: The parent's recorded calls from the fork step on.
         """
         self.inner = inner
+        # Read on the first request: an engine built only to re-execute recorded steps (a
+        # resume, a fork's hand-over) answers from its own trace and never reads these.
+        self._calls: Iterable[list[CallRow]] | None = calls
         self._left: dict[str | None, deque[list[CallRow]]] = {}
-        for call in calls:
-            self._left.setdefault(call[0].request_hash, deque()).append(call)
         self.served = 0
         for name in ("provider", "model"):  # what the stack below names, named here too
             if hasattr(inner, name):
                 setattr(self, name, getattr(inner, name))
 
     def _take(self, request: LLMRequest) -> list[CallRow] | None:
+        if self._calls is not None:
+            calls, self._calls = self._calls, None
+            for call in calls:
+                self._left.setdefault(call[0].request_hash, deque()).append(call)
         for key in request_keys(request):
             queue = self._left.get(key)
             if queue:
